@@ -1,0 +1,69 @@
+// A stride-1 transposed convolution equals a forward convolution of the same input with the
+// kernel's taps flipped, its in/out channel axes swapped (per conv group), and padding
+// (k - 1) * dilation - padding on every side. cuDNN's forward kernels are several times
+// faster than its transposed (data-gradient) kernels on the headline shape (about 3x, see
+// ../shared/reference/README.md), so on CUDA that rewrite is used whenever it applies: stride
+// 1, no output_padding, and padding <= (k - 1) * dilation (the forward padding must not be
+// negative). The result is the same function; only the summation order differs.
+#include "conv3d.h"
+
+#include <ATen/ops/conv3d.h>
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/flip.h>
+
+namespace fused_ops {
+
+bool transposed_conv_runs_as_forward(const at::Tensor& input, const at::Tensor& weight,
+                                     const Conv3dParams& p) {
+  if (!p.transposed || !input.is_cuda()) {
+    return false;
+  }
+  for (int i = 0; i < 3; ++i) {
+    const int64_t reach = (weight.size(i + 2) - 1) * p.dilation[i];
+    if (p.stride[i] != 1 || p.output_padding[i] != 0 || p.padding[i] > reach) {
+      return false;
+    }
+  }
+  return true;
+}
+
+at::Tensor run_conv3d(const at::Tensor& input, const at::Tensor& weight,
+                      const c10::optional<at::Tensor>& bias, const Conv3dParams& p) {
+  if (transposed_conv_runs_as_forward(input, weight, p)) {
+    // (C_in, C_out/g, k...) -> (g, C_in/g, C_out/g, k...) -> (C_out, C_in/g, k...), flipped.
+    const int64_t c_in = weight.size(0);
+    const int64_t c_out_per_group = weight.size(1);
+    auto k = weight.sizes().slice(2);
+    const at::Tensor forward_weight =
+        weight.reshape({p.groups, c_in / p.groups, c_out_per_group, k[0], k[1], k[2]})
+            .transpose(1, 2)
+            .reshape({p.groups * c_out_per_group, c_in / p.groups, k[0], k[1], k[2]})
+            .flip({2, 3, 4});
+    std::array<int64_t, 3> padding;
+    for (int i = 0; i < 3; ++i) {
+      padding[i] = (k[i] - 1) * p.dilation[i] - p.padding[i];
+    }
+    return at::conv3d(input, forward_weight, bias, /*stride=*/{1, 1, 1}, padding, p.dilation,
+                      p.groups);
+  }
+  return at::convolution(input, weight, bias, p.stride, p.padding, p.dilation, p.transposed,
+                         p.output_padding, p.groups);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(
+    const at::Tensor& grad_conv_output, const at::Tensor& input, const at::Tensor& weight,
+    bool has_bias, const Conv3dParams& p, std::array<bool, 3> output_mask) {
+  if (!(output_mask[0] || output_mask[1] || (output_mask[2] && has_bias))) {
+    return {};
+  }
+  const int64_t c_out = grad_conv_output.size(1);
+  const std::array<int64_t, 1> bias_sizes{c_out};
+  return at::convolution_backward(
+      grad_conv_output, input, weight,
+      has_bias ? at::OptionalIntArrayRef(bias_sizes) : at::OptionalIntArrayRef(c10::nullopt),
+      p.stride, p.padding, p.dilation, p.transposed, p.output_padding, p.groups,
+      {output_mask[0], output_mask[1], output_mask[2] && has_bias});
+}
+
+}  // namespace fused_ops
