@@ -5,12 +5,19 @@
 // ../shared/reference/README.md), so on CUDA that rewrite is used whenever it applies: stride
 // 1, no output_padding, and padding <= (k - 1) * dilation (the forward padding must not be
 // negative). The result is the same function; only the summation order differs.
+//
+// Forward convolutions in channels_last_3d (NDHWC) layout: cuDNN's NDHWC kernels use the
+// tensor cores where its NCDHW ones do not for few input channels. Measured on an H100
+// (cuDNN 9.19), Conv3d 3->24, k=3 on (128, 3, 24, 32, 32): 0.40 ms NDHWC vs 0.65 ms NCDHW
+// with TF32, but 1.08 ms vs 0.64 ms in full float32. So NDHWC is used on CUDA when TF32 is
+// allowed (or the dtype is half/bfloat16) and the caller reads NDHWC output directly.
 #include "conv3d.h"
 
 #include <ATen/ops/conv3d.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/flip.h>
+#include <ATen/Context.h>
 
 namespace fused_ops {
 
@@ -28,8 +35,34 @@ bool transposed_conv_runs_as_forward(const at::Tensor& input, const at::Tensor& 
   return true;
 }
 
+namespace {
+
+bool forward_conv_prefers_channels_last(const at::Tensor& input, const Conv3dParams& p) {
+  if (p.transposed || !input.is_cuda()) {
+    return false;
+  }
+  switch (input.scalar_type()) {
+    case at::kHalf:
+    case at::kBFloat16:
+      return true;
+    case at::kFloat:
+      return at::globalContext().allowTF32CuDNN();
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 at::Tensor run_conv3d(const at::Tensor& input, const at::Tensor& weight,
-                      const c10::optional<at::Tensor>& bias, const Conv3dParams& p) {
+                      const c10::optional<at::Tensor>& bias, const Conv3dParams& p,
+                      bool channels_last_ok) {
+  if (channels_last_ok && forward_conv_prefers_channels_last(input, p)) {
+    constexpr auto kNDHWC = at::MemoryFormat::ChannelsLast3d;
+    return at::convolution(input.contiguous(kNDHWC), weight.contiguous(kNDHWC), bias, p.stride,
+                           p.padding, p.dilation, /*transposed=*/false, p.output_padding,
+                           p.groups);
+  }
   if (transposed_conv_runs_as_forward(input, weight, p)) {
     // (C_in, C_out/g, k...) -> (g, C_in/g, C_out/g, k...) -> (C_out, C_in/g, k...), flipped.
     const int64_t c_in = weight.size(0);

@@ -13,9 +13,12 @@
 namespace fused_ops {
 
 // Runs the (transposed or forward) 3-d convolution described by `params`. Arguments must
-// already have passed check_conv3d_args.
+// already have passed check_conv3d_args. With `channels_last_ok`, the caller accepts an
+// output in channels_last_3d layout (NDHWC), which run_conv3d returns where cuDNN computes it
+// faster (see conv3d.cpp); otherwise the output is in the layout ATen picks.
 at::Tensor run_conv3d(const at::Tensor& input, const at::Tensor& weight,
-                      const c10::optional<at::Tensor>& bias, const Conv3dParams& params);
+                      const c10::optional<at::Tensor>& bias, const Conv3dParams& params,
+                      bool channels_last_ok = false);
 
 // Gradients of run_conv3d's (grad_input, grad_weight, grad_bias) given the gradient of its
 // output, each undefined where output_mask is false (grad_bias also when has_bias is false).

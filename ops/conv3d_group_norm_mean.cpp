@@ -18,7 +18,8 @@ conv3d_group_norm_mean_forward(const at::Tensor& input, const at::Tensor& weight
                                                  dilation, groups, /*transposed=*/false);
   check_conv_group_norm_args(kName, input, weight, conv_bias, params, num_groups, gn_weight,
                              gn_bias, eps);
-  at::Tensor conv_output = run_conv3d(input, weight, conv_bias, params);
+  // The GroupNorm + mean kernels read a channels-last convolution output as it is.
+  at::Tensor conv_output = run_conv3d(input, weight, conv_bias, params, /*channels_last_ok=*/true);
   auto [output, mean, rstd, channel_mean] =
       api::_group_norm_mean_forward(conv_output, num_groups, gn_weight, gn_bias, eps);
   return {output, conv_output, mean, rstd, channel_mean};

@@ -1,0 +1,90 @@
+"""Times the ways ATen can run the two headline convolutions, to choose fused-ops' conv path.
+
+For ConvTranspose3d(64->128, k=3) on (16, 64, 32^3) and Conv3d(3->24, k=3) on (128, 3, 24, 32, 32):
+  - as written (transposed / forward), NCDHW,
+  - the transposed one as a forward conv with flipped, channel-swapped taps (fused-ops' rewrite),
+  - channels_last_3d (NDHWC) input and weight,
+  - cuDNN benchmark mode off / on,
+with TF32 on and off. CUDA-event medians over rotated inputs. Prints one table.
+
+    python3 benchmarks/conv_variants.py [--iters 20]
+"""
+import argparse
+import itertools
+
+import torch
+import torch.nn.functional as F
+
+
+def median_ms(fn, inputs, iters):
+    for x in inputs[:2]:
+        fn(x)
+    torch.cuda.synchronize()
+    times = []
+    for i in range(iters):
+        x = inputs[i % len(inputs)]
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(x)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def transposed_as_forward(weight, groups):
+    c_in, c_out_g = weight.shape[:2]
+    k = weight.shape[2:]
+    return (weight.reshape(groups, c_in // groups, c_out_g, *k).transpose(1, 2)
+            .reshape(groups * c_out_g, c_in // groups, *k).flip(2, 3, 4))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--iters", type=int, default=20)
+    args = parser.parse_args()
+    dev = "cuda"
+    torch.manual_seed(0)
+    rows = []
+    cases = {
+        "conv_transpose3d 64->128": dict(shape=(16, 64, 32, 32, 32), weight=(64, 128, 3, 3, 3), transposed=True),
+        "conv3d 3->24": dict(shape=(128, 3, 24, 32, 32), weight=(24, 3, 3, 3, 3), transposed=False),
+    }
+    for name, case in cases.items():
+        weight = torch.randn(case["weight"], device=dev) * 0.05
+        inputs = [torch.rand(case["shape"], device=dev) for _ in range(3)]
+        variants = {}
+        if case["transposed"]:
+            variants["as written"] = lambda x, w=weight: F.conv_transpose3d(x, w)
+            fw = transposed_as_forward(weight, 1)
+            variants["as forward conv (pad k-1)"] = lambda x, w=fw: F.conv3d(x, w, padding=2)
+            fw_cl = fw.contiguous(memory_format=torch.channels_last_3d)
+            variants["as forward conv, NDHWC"] = lambda x, w=fw_cl: F.conv3d(x, w, padding=2)
+        else:
+            variants["as written"] = lambda x, w=weight: F.conv3d(x, w)
+            w_cl = weight.contiguous(memory_format=torch.channels_last_3d)
+            variants["NDHWC"] = lambda x, w=w_cl: F.conv3d(x, w)
+        for (vname, fn), tf32, bench in itertools.product(variants.items(), (True, False), (False, True)):
+            torch.backends.cudnn.allow_tf32 = tf32
+            torch.backends.cudnn.benchmark = bench
+            xs = inputs
+            if "NDHWC" in vname:
+                xs = [x.contiguous(memory_format=torch.channels_last_3d) for x in inputs]
+            try:
+                ms = median_ms(fn, xs, args.iters)
+                out = fn(xs[0])
+                rows.append((name, vname, tf32, bench, f"{ms:.3f}", str(out.is_contiguous())))
+            except RuntimeError as e:  # an unsupported combination
+                rows.append((name, vname, tf32, bench, "error", str(e)[:40]))
+        del inputs
+        torch.cuda.empty_cache()
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.allow_tf32 = True
+    print(f"{'conv':28s} {'variant':30s} {'tf32':5s} {'bench':5s} {'ms':>8s}  out NCDHW-contiguous")
+    for r in rows:
+        print(f"{r[0]:28s} {r[1]:30s} {str(r[2]):5s} {str(r[3]):5s} {r[4]:>8s}  {r[5]}")
+
+
+if __name__ == "__main__":
+    main()
