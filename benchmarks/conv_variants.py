@@ -7,7 +7,11 @@ For ConvTranspose3d(64->128, k=3) on (16, 64, 32^3) and Conv3d(3->24, k=3) on (1
   - cuDNN benchmark mode off / on,
 with TF32 on and off. CUDA-event medians over rotated inputs. Prints one table.
 
-    python3 benchmarks/conv_variants.py [--iters 20]
+    python3 benchmarks/conv_variants.py [--iters 20] [--accuracy]
+
+--accuracy: instead of times, the error of each full-float32 (TF32 off) variant of the
+ConvTranspose3d against float64 (cuDNN's algorithm choice decides it): max |err| / max |ref|
+and ||err|| / ||ref|| over the first two samples of the headline batch.
 """
 import argparse
 import itertools
@@ -40,10 +44,42 @@ def transposed_as_forward(weight, groups):
             .reshape(groups * c_out_g, c_in // groups, *k).flip(2, 3, 4))
 
 
+def accuracy():
+    dev = "cuda"
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    weight = torch.randn(64, 128, 3, 3, 3, device=dev) * 0.05
+    x = torch.rand(16, 64, 32, 32, 32, device=dev)
+    ref = F.conv_transpose3d(x[:2].double(), weight.double())
+    fw = transposed_as_forward(weight, 1)
+    cl = torch.channels_last_3d
+    variants = {
+        "as written": lambda: F.conv_transpose3d(x, weight),
+        "as forward conv (pad k-1)": lambda: F.conv3d(x, fw, padding=2),
+        "as forward conv, NDHWC": lambda: F.conv3d(x.contiguous(memory_format=cl),
+                                                   fw.contiguous(memory_format=cl), padding=2),
+    }
+    print(f"{'variant':30s} {'bench':5s} {'determ':6s} {'max|err|/max|ref|':>18s} {'relL2':>10s}")
+    for (name, fn), bench, determ in itertools.product(variants.items(), (False, True), (False, True)):
+        torch.backends.cudnn.benchmark = bench
+        torch.backends.cudnn.deterministic = determ
+        out = fn()[:2].double()
+        err = out - ref
+        print(f"{name:30s} {str(bench):5s} {str(determ):6s} "
+              f"{(err.abs().max() / ref.abs().max()).item():18.3e} {(err.norm() / ref.norm()).item():10.3e}")
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = False
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--accuracy", action="store_true")
     args = parser.parse_args()
+    if args.accuracy:
+        accuracy()
+        return
     dev = "cuda"
     torch.manual_seed(0)
     rows = []

@@ -21,35 +21,18 @@
 // No atomics: results are bitwise reproducible. The normalised tensor is never written.
 #include "group_norm_mean_channels_last_kernels.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "cuda_utils.cuh"
 
 #include <algorithm>
 
 namespace fused_ops {
-namespace cuda {
+namespace gpu {
 namespace {
 
 constexpr int kVectorBytes = 16;
 constexpr int kVectorsPerThread = 8;   // vectors each thread reads per chunk
 constexpr int kTargetThreads = 256;    // block size is the multiple of `period` nearest this
 constexpr int kFinalizeThreads = 256;
-
-__device__ __forceinline__ double to_double(float v) { return static_cast<double>(v); }
-__device__ __forceinline__ double to_double(double v) { return v; }
-__device__ __forceinline__ double to_double(__half v) { return static_cast<double>(__half2float(v)); }
-__device__ __forceinline__ double to_double(__nv_bfloat16 v) {
-  return static_cast<double>(__bfloat162float(v));
-}
-
-template <typename T>
-__device__ __forceinline__ T from_double(double v) { return static_cast<T>(v); }
-template <>
-__device__ __forceinline__ __half from_double<__half>(double v) { return __double2half(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_double<__nv_bfloat16>(double v) {
-  return __double2bfloat16(v);
-}
 
 template <typename scalar_t>
 __global__ void channels_last_partial_moments_kernel(const scalar_t* __restrict__ x,
@@ -85,7 +68,7 @@ __global__ void channels_last_partial_moments_kernel(const scalar_t* __restrict_
     const scalar_t* lanes = reinterpret_cast<const scalar_t*>(&raw[k]);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const double d = to_double(lanes[j]);
+      const double d = ScalarOps<scalar_t>::to_double(lanes[j]);
       sum[j] += d;
       sum_sq[j] += d * d;
     }
@@ -162,8 +145,8 @@ __global__ void channels_last_finalize_kernel(const double2* __restrict__ partia
   double total = 0.0;
   for (int c = threadIdx.x; c < channels; c += blockDim.x) {
     const double2 gs = group_stats[c / channels_per_group];
-    const double w = weight ? to_double(weight[c]) : 1.0;
-    const double b = bias ? to_double(bias[c]) : 0.0;
+    const double w = weight ? ScalarOps<scalar_t>::to_double(weight[c]) : 1.0;
+    const double b = bias ? ScalarOps<scalar_t>::to_double(bias[c]) : 0.0;
     total += w * gs.y * (channel_moments[c].x * inv_spatial - gs.x) + b;
   }
   reduce[threadIdx.x] = total;
@@ -175,7 +158,7 @@ __global__ void channels_last_finalize_kernel(const double2* __restrict__ partia
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    out[n] = from_double<scalar_t>(reduce[0] / static_cast<double>(channels));
+    out[n] = ScalarOps<scalar_t>::from_double(reduce[0] / static_cast<double>(channels));
   }
 }
 
@@ -248,5 +231,5 @@ FUSED_OPS_INSTANTIATE(__half, float)
 FUSED_OPS_INSTANTIATE(__nv_bfloat16, float)
 #undef FUSED_OPS_INSTANTIATE
 
-}  // namespace cuda
+}  // namespace gpu
 }  // namespace fused_ops

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 namespace fused_ops {
-namespace cuda {
+namespace gpu {
 
 // Whether the channels-last kernel handles C channels of `element_size`-byte elements (C
 // must be a multiple of the 16-byte vector's width, and at most 2048).
@@ -27,5 +27,5 @@ cudaError_t launch_group_norm_mean_forward_channels_last(
     stat_t* rstd, stat_t* channel_mean, void* workspace, int64_t N, int64_t C, int64_t G,
     int64_t spatial, double eps, cudaStream_t stream);
 
-}  // namespace cuda
+}  // namespace gpu
 }  // namespace fused_ops

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Bar chart of a benchmarks/bench.py results.json.
+
+    python3 benchmarks/plot.py results.json out.png
+
+One panel per (workload, mode); one group of bars per TF32 setting; one bar per implementation
+(median ms, p10-p90 as error bars, ms printed on top). Needs matplotlib.
+"""
+import json
+import sys
+
+IMPLS = ["eager", "compile", "autotune", "fused"]
+COLORS = {"eager": "#7f7f7f", "compile": "#1f77b4", "autotune": "#9467bd", "fused": "#d62728"}
+LABELS = {"eager": "eager", "compile": "torch.compile", "autotune": "compile max-autotune",
+          "fused": "fused_ops"}
+WL_ORDER = ["relu_group_norm", "group_norm_mean", "conv_transpose3d_relu_group_norm",
+            "conv3d_group_norm_mean"]
+
+
+def make_chart(doc, out_png):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in doc["rows"] if r.get("status") == "ok"]
+    workloads = [w for w in WL_ORDER if any(r["workload"] == w for r in rows)]
+    workloads += sorted({r["workload"] for r in rows} - set(workloads))
+    if not workloads:
+        raise ValueError("no successful rows to plot")
+    modes = [m for m in ("fwd", "fwdbwd") if any(r["mode"] == m for r in rows)]
+    fig, axes = plt.subplots(len(workloads), len(modes), figsize=(6 * len(modes), 3.0 * len(workloads)),
+                             squeeze=False)
+    for wi, w in enumerate(workloads):
+        for mi, mode in enumerate(modes):
+            ax = axes[wi, mi]
+            wr = [r for r in rows if r["workload"] == w and r["mode"] == mode]
+            if not wr:
+                ax.axis("off")
+                continue
+            groups = sorted({r["tf32"] for r in wr},
+                            key=lambda t: {"n/a": 0, "on": 1, "off": 2}.get(t, 3))
+            width = 0.8 / len(IMPLS)
+            for j, impl in enumerate(IMPLS):
+                xs, ys, lo, hi = [], [], [], []
+                for i, g in enumerate(groups):
+                    r = next((r for r in wr if r["tf32"] == g and r["impl"] == impl), None)
+                    if r is None:
+                        continue
+                    xs.append(i - 0.4 + width * (j + 0.5))
+                    ys.append(r["median_ms"])
+                    lo.append(max(0.0, r["median_ms"] - r.get("p10_ms", r["median_ms"])))
+                    hi.append(max(0.0, r.get("p90_ms", r["median_ms"]) - r["median_ms"]))
+                if not xs:
+                    continue
+                ax.bar(xs, ys, width, yerr=[lo, hi], color=COLORS[impl], label=LABELS[impl],
+                       capsize=2)
+                for x, y in zip(xs, ys):
+                    ax.text(x, y, f"{y:.3g}", ha="center", va="bottom", fontsize=7)
+            ax.set_xticks(range(len(groups)))
+            ax.set_xticklabels(["" if t == "n/a" else f"TF32 {t}" for t in groups])
+            ax.set_ylabel("median ms (lower is better)", fontsize=8)
+            ax.set_title(f"{w}: {'forward' if mode == 'fwd' else 'forward+backward'}", fontsize=9)
+            # Whiskers (p10-p90) of noisy rows may run off the top: the medians set the scale.
+            ax.set_ylim(0, 1.3 * max(r["median_ms"] for r in wr))
+    env = doc.get("env", {})
+    fig.suptitle(f"fused_ops benchmark - {env.get('device_name', '?')}, torch {env.get('torch', '?')}"
+                 f", {env.get('date', '')}", fontsize=10)
+    handles, labels = {}, {}
+    for ax in axes.flat:
+        for h, l in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(l, h)
+    fig.legend(list(handles.values()), list(handles.keys()), loc="upper center", ncol=4,
+               fontsize=8, bbox_to_anchor=(0.5, 0.975), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png
+
+
+def main(argv):
+    if len(argv) != 3:
+        sys.exit("usage: python3 benchmarks/plot.py results.json out.png")
+    with open(argv[1]) as f:
+        doc = json.load(f)
+    print(make_chart(doc, argv[2]))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

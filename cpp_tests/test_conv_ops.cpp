@@ -1,0 +1,186 @@
+// fused::conv_transpose3d_relu_group_norm and fused::conv3d_group_norm_mean on the CPU:
+// forward and backward (input, conv weight, conv bias, GN weight, GN bias) against float64
+// ATen references (at::conv_transpose3d / at::conv3d, at::relu, at::group_norm, .mean).
+// Also: non-contiguous parameters and broadcast grad_outputs for every operator.
+#include "test_utils.h"
+
+using namespace fused_ops_test;
+
+namespace {
+const at::Device kCPU(at::kCPU);
+}  // namespace
+
+TEST_CASE("conv_transpose3d_relu_group_norm matches the float64 ATen reference on the CPU",
+          "[conv][cpu]") {
+  at::manual_seed(10);
+  SECTION("float64, tolerance 1e-10") {
+    for (const auto& c : conv_transpose_cases())
+      check_conv_case(true, c, at::kDouble, kCPU, Layout::Contiguous, tol_for(at::kDouble));
+  }
+  SECTION("float32, tolerance 1e-5") {
+    for (const auto& c : conv_transpose_cases())
+      check_conv_case(true, c, at::kFloat, kCPU, Layout::Contiguous, tol_for(at::kFloat));
+  }
+  SECTION("channels_last (ChannelsLast3d) and non-contiguous inputs") {
+    for (Layout layout : {Layout::ChannelsLast, Layout::NonContiguous})
+      for (const auto& c : conv_transpose_cases())
+        check_conv_case(true, c, at::kFloat, kCPU, layout, tol_for(at::kFloat));
+  }
+  SECTION("float16 and bfloat16, loose tolerance") {
+    const auto cases = conv_transpose_cases();
+    for (auto dtype : {at::kHalf, at::kBFloat16})
+      for (size_t i : {0, 1})
+        check_conv_case(true, cases[i], dtype, kCPU, Layout::Contiguous, tol_for(dtype));
+  }
+}
+
+TEST_CASE("conv3d_group_norm_mean matches the float64 ATen reference on the CPU",
+          "[conv][cpu]") {
+  at::manual_seed(11);
+  SECTION("float64, tolerance 1e-10") {
+    for (const auto& c : conv3d_cases())
+      check_conv_case(false, c, at::kDouble, kCPU, Layout::Contiguous, tol_for(at::kDouble));
+  }
+  SECTION("float32, tolerance 1e-5") {
+    for (const auto& c : conv3d_cases())
+      check_conv_case(false, c, at::kFloat, kCPU, Layout::Contiguous, tol_for(at::kFloat));
+  }
+  SECTION("channels_last (ChannelsLast3d) and non-contiguous inputs") {
+    for (Layout layout : {Layout::ChannelsLast, Layout::NonContiguous})
+      for (const auto& c : conv3d_cases())
+        check_conv_case(false, c, at::kFloat, kCPU, layout, tol_for(at::kFloat));
+  }
+  SECTION("float16 and bfloat16, loose tolerance") {
+    const auto cases = conv3d_cases();
+    for (auto dtype : {at::kHalf, at::kBFloat16})
+      for (size_t i : {0, 1})
+        check_conv_case(false, cases[i], dtype, kCPU, Layout::Contiguous, tol_for(dtype));
+  }
+  SECTION("input with a mean offset (rand-like, as models.py feeds it)") {
+    for (const auto& c : conv3d_cases())
+      check_conv_case(false, c, at::kFloat, kCPU, Layout::Contiguous, tol_for(at::kFloat), 2.0);
+  }
+}
+
+TEST_CASE("conv operators: the models.py default GroupNorm init would hide a broken kernel",
+          "[conv][cpu]") {
+  // Sanity check of the test method itself: with weight = 1, bias = 0 the reference
+  // conv3d_group_norm_mean output is 0 for any input, whereas with the randomised affine
+  // parameters the tests use, it depends on the input.
+  at::manual_seed(12);
+  const ConvCase c = conv3d_cases()[0];
+  const ConvParams p = random_conv_params(c, false);
+  const at::Tensor ones = at::ones({c.c_out}, f64()), zeros = at::zeros({c.c_out}, f64());
+  const at::Tensor default_init = ref_conv3d_group_norm_mean(c, p.input, p.weight, p.conv_bias,
+                                                             ones, zeros);
+  CHECK(default_init.abs().max().item<double>() < 1e-12);
+  const at::Tensor randomised = ref_conv3d_group_norm_mean(c, p.input, p.weight, p.conv_bias,
+                                                           p.gn_weight, p.gn_bias);
+  const at::Tensor other_input = ref_conv3d_group_norm_mean(
+      c, randn64(c.input), p.weight, p.conv_bias, p.gn_weight, p.gn_bias);
+  CHECK((randomised - other_input).abs().max().item<double>() > 1e-3);
+  // And the fused operator follows the input too (a kernel that skipped the convolution
+  // would not).
+  const at::Tensor fused = fused_conv3d_group_norm_mean(c, p.input, p.weight, p.conv_bias,
+                                                        p.gn_weight, p.gn_bias);
+  check_close(fused, randomised, tol_for(at::kDouble), "output");
+}
+
+TEST_CASE("conv operators: empty batch (N = 0) gives an empty result and backward works",
+          "[conv][cpu]") {
+  at::manual_seed(13);
+  SECTION("conv_transpose3d_relu_group_norm") {
+    ConvCase c = conv_transpose_cases()[1];  // stride 2, padding 1, output_padding 1
+    c.input[0] = 0;
+    const ConvParams p = random_conv_params(c, true);
+    const at::Tensor x = leaf(p.input, at::kFloat, kCPU), w = leaf(p.weight, at::kFloat, kCPU);
+    const OptTensor cb = leaf(p.conv_bias, at::kFloat, kCPU);
+    const OptTensor gw = leaf(p.gn_weight, at::kFloat, kCPU);
+    const OptTensor gb = leaf(p.gn_bias, at::kFloat, kCPU);
+    const at::Tensor out = fused_conv_transpose3d_relu_group_norm(c, x, w, cb, gw, gb);
+    REQUIRE(out.sizes().vec() == (Sizes{0, 6, 6, 8, 6}));
+    const auto g = grads_of(out, at::zeros(out.sizes(), out.options()), {x, w, *cb, *gw, *gb});
+    CHECK(g[0].sizes().vec() == x.sizes().vec());
+    CHECK(at::equal(g[1], at::zeros_like(w)));
+    CHECK(at::equal(g[2], at::zeros_like(*cb)));
+    CHECK(at::equal(g[3], at::zeros_like(*gw)));
+    CHECK(at::equal(g[4], at::zeros_like(*gb)));
+  }
+  SECTION("conv3d_group_norm_mean") {
+    ConvCase c = conv3d_cases()[1];
+    c.input[0] = 0;
+    c.conv_bias = true;
+    const ConvParams p = random_conv_params(c, false);
+    const at::Tensor x = leaf(p.input, at::kFloat, kCPU), w = leaf(p.weight, at::kFloat, kCPU);
+    const OptTensor cb = leaf(p.conv_bias, at::kFloat, kCPU);
+    const OptTensor gw = leaf(p.gn_weight, at::kFloat, kCPU);
+    const OptTensor gb = leaf(p.gn_bias, at::kFloat, kCPU);
+    const at::Tensor out = fused_conv3d_group_norm_mean(c, x, w, cb, gw, gb);
+    REQUIRE(out.sizes().vec() == (Sizes{0}));
+    const auto g = grads_of(out, at::zeros({0}, out.options()), {x, w, *cb, *gw, *gb});
+    CHECK(g[0].sizes().vec() == x.sizes().vec());
+    CHECK(at::equal(g[1], at::zeros_like(w)));
+    CHECK(at::equal(g[2], at::zeros_like(*cb)));
+    CHECK(at::equal(g[3], at::zeros_like(*gw)));
+    CHECK(at::equal(g[4], at::zeros_like(*gb)));
+  }
+}
+
+TEST_CASE("non-contiguous parameters and a broadcast grad_output", "[norm][conv][cpu]") {
+  at::manual_seed(41);
+  const Tol tol = tol_for(at::kDouble);
+  // Every other element of a longer vector: stride 2.
+  auto strided = [](const at::Tensor& t) {
+    at::Tensor big = at::zeros({t.numel() * 2}, t.options());
+    at::Tensor v = big.slice(0, 0, t.numel() * 2, 2);
+    v.copy_(t);
+    return v.detach().requires_grad_();
+  };
+  SECTION("relu_group_norm / group_norm_mean with strided weight and bias") {
+    for (NormOp op : {NormOp::ReluGroupNorm, NormOp::GroupNormMean}) {
+      INFO(norm_op_name(op));
+      const at::Tensor x = randn64({3, 6, 4, 5}).requires_grad_();
+      const at::Tensor w = strided(random_gn_weight(6)), b = strided(random_gn_bias(6));
+      REQUIRE_FALSE(w.is_contiguous());
+      const at::Tensor out = fused_norm(op, x, 3, w, b, 1e-5);
+      const at::Tensor xr = leaf64(x), wr = leaf64(w), br = leaf64(b);
+      const at::Tensor ref = ref_norm(op, xr, 3, wr, br, 1e-5);
+      check_close(out, ref, tol, "output");
+      // group_norm_mean: a stride-0 (expanded) grad_output; relu_group_norm: expanded too.
+      const at::Tensor go = op == NormOp::GroupNormMean
+                                ? at::randn({1}, f64()).expand({3})
+                                : at::randn({1, 6, 1, 5}, f64()).expand({3, 6, 4, 5});
+      const auto g = grads_of(out, go, {x, w, b});
+      const auto gr = grads_of(ref, go.contiguous(), {xr, wr, br});
+      check_close(g[0], gr[0], tol, "grad input");
+      check_close(g[1], gr[1], tol, "grad weight");
+      check_close(g[2], gr[2], tol, "grad bias");
+    }
+  }
+  SECTION("conv operators with permuted (non-contiguous) conv weights") {
+    for (bool transposed : {true, false}) {
+      INFO((transposed ? "conv_transpose3d_relu_group_norm" : "conv3d_group_norm_mean"));
+      const ConvCase c = transposed ? conv_transpose_cases()[0] : conv3d_cases()[0];
+      const ConvParams p = random_conv_params(c, transposed);
+      const at::Tensor x = leaf64(p.input);
+      // The same values, stored with the kernel's last two dims swapped.
+      const at::Tensor w =
+          p.weight.transpose(3, 4).contiguous().transpose(3, 4).detach().requires_grad_();
+      REQUIRE_FALSE(w.is_contiguous());
+      const OptTensor gw = strided(*p.gn_weight), gb = strided(*p.gn_bias);
+      const OptTensor cb = c.conv_bias ? OptTensor(strided(*p.conv_bias)) : c10::nullopt;
+      const at::Tensor out = transposed ? fused_conv_transpose3d_relu_group_norm(c, x, w, cb, gw, gb)
+                                        : fused_conv3d_group_norm_mean(c, x, w, cb, gw, gb);
+      const at::Tensor xr = leaf64(x), wr = leaf64(w);
+      const OptTensor cbr = leaf64(cb), gwr = leaf64(gw), gbr = leaf64(gb);
+      const at::Tensor ref = transposed ? ref_conv_transpose3d_relu_group_norm(c, xr, wr, cbr, gwr, gbr)
+                                        : ref_conv3d_group_norm_mean(c, xr, wr, cbr, gwr, gbr);
+      check_close(out, ref, tol, "output");
+      const at::Tensor go = randn64(ref.sizes().vec());
+      const auto g = grads_of(out, go, grad_inputs({x, w}, {cb, gw, gb}));
+      const auto gr = grads_of(ref, go, grad_inputs({xr, wr}, {cbr, gwr, gbr}));
+      REQUIRE(g.size() == gr.size());
+      for (size_t i = 0; i < g.size(); ++i) check_close(g[i], gr[i], tol, "grad " + std::to_string(i));
+    }
+  }
+}

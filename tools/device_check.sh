@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# On a GPU machine: build, then run what the CPU-only CI cannot. Steps (default: all):
+#   build      configure + build into build-gpu (TORCH_CUDA_ARCH_LIST defaults to 9.0a)
+#   tests      CTest (Catch2, CUDA sections included) and pytest (CUDA tests included)
+#   sanitizer  compute-sanitizer memcheck and racecheck on the Catch2 CUDA test cases
+#   bench      benchmarks/bench.py (eager vs torch.compile vs fused-ops, with the ceilings)
+# Logs go to $OUT (or ./device-out). Exit status: non-zero if any step failed.
+#   tools/device_check.sh build tests sanitizer
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-$PWD/device-out}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0a}"
+build_dir="${BUILD_DIR:-build-gpu}"
+# The lent GPU machines' default g++ (/opt/gcc) links libstdc++ statically into shared
+# libraries, and a second libstdc++ beside PyTorch's crashes on the first formatted error
+# message; the system g++ links it dynamically (CTest checks this).
+if [ -z "${FUSED_OPS_KEEP_CXX:-}" ] && [ -x /usr/bin/g++ ]; then
+  export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
+fi
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(build tests sanitizer bench)
+failed=()
+t0=$(date +%s)
+note() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
+
+for step in "${steps[@]}"; do
+  case "$step" in
+    build)
+      note "build"
+      {
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+        python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+        BUILD_DIR="$build_dir" BUILD_JOBS="$(nproc)" tools/build.sh
+      } > "$out/build.log" 2>&1 || { failed+=(build); tail -n 40 "$out/build.log"; break; }
+      grep -iE "warning" "$out/build.log" | grep -v "CMake Warning" | head -n 20
+      ;;
+    tests)
+      note "ctest"
+      ctest --test-dir "$build_dir" --output-on-failure > "$out/ctest.log" 2>&1 || failed+=(ctest)
+      tail -n 8 "$out/ctest.log"
+      note "pytest"
+      xdist=""
+      python3 -c "import xdist" 2>/dev/null && xdist="-n 8"
+      FUSED_OPS_LIBRARY="$PWD/$build_dir/libfused_ops.so" \
+      FUSED_OPS_INFER="$PWD/$build_dir/examples/fused_ops_infer" \
+        python3 -m pytest -rs -q $xdist python_tests > "$out/pytest.log" 2>&1 || failed+=(pytest)
+      grep -E "passed|failed|error|SKIPPED" "$out/pytest.log" | tail -n 25
+      ;;
+    sanitizer)
+      for tool in memcheck racecheck; do
+        note "compute-sanitizer --tool $tool"
+        # racecheck looks at our kernels only: ATen's reduce kernels (the references' mean)
+        # report hazards of their own warp-synchronous code.
+        filter=()
+        [ "$tool" = racecheck ] && filter=(--kernel-name kns=fused_ops)
+        compute-sanitizer --tool "$tool" "${filter[@]}" --error-exitcode 99 \
+          "$build_dir/cpp_tests/fused_ops_tests" "[cuda]" >> "$out/sanitizer.log" 2>&1 \
+          || failed+=("$tool")
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases|assertions" "$out/sanitizer.log" | tail -n 3
+      done
+      ;;
+    bench)
+      note "benchmark"
+      FUSED_OPS_LIBRARY="$PWD/$build_dir/libfused_ops.so" \
+        python3 benchmarks/bench.py --out "$out/bench" ${BENCH_ARGS:-} > "$out/bench.log" 2>&1 || failed+=(bench)
+      tail -n 60 "$out/bench.log"
+      ;;
+    *) echo "unknown step: $step"; exit 2 ;;
+  esac
+done
+note "done; failed: ${failed[*]:-none}"
+[ ${#failed[@]} -eq 0 ]
