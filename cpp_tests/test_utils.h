@@ -473,9 +473,29 @@ inline void check_conv_case(bool transposed, const ConvCase& c, at::ScalarType d
   if (c.gn_weight) names.push_back("grad gn_weight");
   if (c.gn_bias) names.push_back("grad gn_bias");
   REQUIRE(grads.size() == names.size());
+
+  // In half / bfloat16 the convolution's own rounding flips ReLU's mask wherever its output
+  // is near 0 (the float64 reference's mask differs), which moves the gradients upstream of
+  // the ReLU by O(1), as it does for PyTorch's unfused composite in that dtype: run that
+  // composite too, and accept an error up to twice its own (check_close).
+  std::vector<double> baseline(ref_grads.size(), -1.0);
+  if (dtype == at::kHalf || dtype == at::kBFloat16) {
+    const at::Tensor xa = leaf(x, dtype, device);
+    const at::Tensor wa = leaf(w, dtype, device);
+    const OptTensor cba = leaf(cb, dtype, device), gwa = leaf(gw, dtype, device),
+                    gba = leaf(gb, dtype, device);
+    const at::Tensor outa = transposed
+                                ? ref_conv_transpose3d_relu_group_norm(c, xa, wa, cba, gwa, gba)
+                                : ref_conv3d_group_norm_mean(c, xa, wa, cba, gwa, gba);
+    const auto grads_a = grads_of(outa, go, grad_inputs({xa, wa}, {cba, gwa, gba}));
+    for (size_t i = 0; i < grads_a.size(); ++i) {
+      baseline[i] = (grads_a[i].detach().cpu().to(at::kDouble) - ref_grads[i].detach())
+                        .abs().max().item<double>();
+    }
+  }
   for (size_t i = 0; i < names.size(); ++i) {
     REQUIRE(grads[i].scalar_type() == dtype);
-    check_close(grads[i], ref_grads[i], tol, names[i]);
+    check_close(grads[i], ref_grads[i], tol, names[i], 0.0, baseline[i]);
   }
 }
 

@@ -212,11 +212,21 @@ def _check_headline(actual, eager, ref64, what, kind="output"):
     Every element within atol=rtol=1e-5 of eager PyTorch (for gradients, atol is relative to
     the largest magnitude), and no less accurate than eager against float64 (max and L2
     error within 1.5x of eager's, or within 1e-5 of the largest magnitude / the L2 norm).
-    With TF32 off the fused operators run the same ATen convolution as eager (ops/conv3d.cpp),
-    so no ReLU mask can flip between the two. Returns a list of failure messages.
+    With TF32 off the fused operators run the same ATen convolution as eager (ops/conv3d.cpp).
+
+    kind="conv_grad" (the input and conv-weight gradients, computed by cuDNN's backward
+    convolutions from the fused GroupNorm gradient): cuDNN's backward algorithms round
+    differently from run to run and with the workspace they are given (measured on the H100:
+    about 1.7k of 33.5M input-gradient elements beyond 1e-5 of the largest magnitude from
+    eager, the largest 6e-3 of it). Both sit 2.5e-4 to 4.6e-4 (relative L2) from float64,
+    varying from run to run with cuDNN's weight-gradient reduction order (three runs: the
+    fused conv-weight gradient 0.95x, 0.96x and 1.31x eager's error), so these must be
+    within 2x of eager's L2 error and 1.5x of its max error against float64, and within 1e-3
+    of eager in relative L2.
+    Returns a list of failure messages.
     """
     actual, eager = actual.double(), eager.double()
-    scale = max(eager.abs().max().item(), 1e-3) if kind == "grad" else 1.0
+    scale = max(eager.abs().max().item(), 1e-3) if kind != "output" else 1.0
     diff = (actual - eager).abs()
     outliers = int((diff > 1e-5 * scale + 1e-5 * eager.abs()).sum())
     fused_err, eager_err = (actual - ref64).abs(), (eager - ref64).abs()
@@ -226,11 +236,19 @@ def _check_headline(actual, eager, ref64, what, kind="output"):
              f"max error {fused_err.max().item():.3e} (eager {eager_err.max().item():.3e}), "
              f"relative L2 error {fused_err.norm().item() / ref_norm:.3e} (eager "
              f"{eager_err.norm().item() / ref_norm:.3e})")
+    rel_l2_diff = diff.norm().item() / max(eager.norm().item(), 1e-30)
+    stats += f"; relative L2 difference from eager {rel_l2_diff:.3e}"
     print(stats)
-    checks = [outliers == 0,
-              fused_err.max().item() <= max(1.5 * eager_err.max().item(),
-                                            1e-5 * ref64.abs().max().item()),
-              fused_err.norm().item() <= max(1.5 * eager_err.norm().item(), 1e-5 * ref_norm)]
+    if kind == "conv_grad":
+        checks = [rel_l2_diff <= 1e-3,
+                  fused_err.max().item() <= 1.5 * eager_err.max().item(),
+                  fused_err.norm().item() <= 2.0 * eager_err.norm().item()]
+    else:
+        checks = [outliers == 0,
+                  fused_err.max().item() <= max(1.5 * eager_err.max().item(),
+                                                1e-5 * ref64.abs().max().item()),
+                  fused_err.norm().item() <= max(1.5 * eager_err.norm().item(),
+                                                 1e-5 * ref_norm)]
     return [] if all(checks) else [stats]
 
 
@@ -254,10 +272,11 @@ def test_headline_sizes_cuda(name):
         del fused, original
         ref_out, _, ref_gx, ref_grads = forward_backward(ref64, x.double(), g.double())
         failures = _check_headline(out, eager_out, ref_out, "output")
-        failures += _check_headline(gx, eager_gx, ref_gx, "input grad", "grad")
+        failures += _check_headline(gx, eager_gx, ref_gx, "input grad", "conv_grad")
         for n in grads:
+            kind = "conv_grad" if n.startswith("conv_transpose.") else "grad"
             failures += _check_headline(grads[n], eager_grads[n], ref_grads[n], f"grad of {n}",
-                                        "grad")
+                                        kind)
         assert not failures, "\n".join(failures)
     else:
         with torch.no_grad():

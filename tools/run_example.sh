@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/build.sh "$@"
 build_dir="${BUILD_DIR:-build}"
-model="$build_dir/conv_transpose3d_relu_group_norm.pt"
-FUSED_OPS_LIBRARY="$PWD/$build_dir/libfused_ops.so" python3 examples/export_torchscript.py --out "$model"
-"$build_dir/examples/fused_ops_infer" "$model"
+models=("$build_dir/conv_transpose3d_relu_group_norm.pt" "$build_dir/conv3d_group_norm_mean.pt")
+FUSED_OPS_LIBRARY="$PWD/$build_dir/libfused_ops.so" python3 examples/export_torchscript.py "${models[@]}"
+for model in "${models[@]}"; do
+  "$build_dir/examples/fused_ops_infer" "$model"
+done

@@ -1,0 +1,60 @@
+"""Kernel-level profile of the fused drop-ins' forward at the headline sizes (CUDA).
+
+For each model of fused_ops.reference.WORKLOADS and TF32 on/off: the GPU time of every
+kernel of one forward call (after warm-up), from torch.profiler, so that a missed target can
+be explained by where the time goes.
+
+    python3 benchmarks/profile_models.py [--only conv3d_group_norm_mean] [--tf32 on,off]
+"""
+import argparse
+import os
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import fused_ops  # noqa: E402  (the repository's package)
+from fused_ops import reference  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", default=",".join(reference.WORKLOADS))
+    parser.add_argument("--tf32", default="on,off")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    for name in args.only.split(","):
+        workload = reference.WORKLOADS[name]
+        original = workload["model"](**workload["init"]).cuda()
+        for p in original.parameters():  # random affine (default init hides broken kernels)
+            torch.nn.init.normal_(p, mean=0.5, std=0.3)
+        fused = getattr(fused_ops, workload["model"].__name__)(**workload["init"]).cuda()
+        fused.load_state_dict(original.state_dict())
+        x = torch.rand(workload["input_shape"], device="cuda")
+        for tf32 in args.tf32.split(","):
+            torch.backends.cudnn.allow_tf32 = tf32 == "on"
+            with torch.no_grad():
+                for _ in range(3):
+                    fused(x)
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    fused(x)
+                    torch.cuda.synchronize()
+            print(f"\n=== {name}, TF32 {tf32}: kernels of one fused forward")
+            total = 0.0
+            for event in prof.key_averages():
+                us = getattr(event, "device_time_total", None)
+                if us is None:
+                    us = event.cuda_time_total
+                if us <= 0:
+                    continue
+                total += us
+                print(f"{us / 1000:9.3f} ms  {event.key[:110]}")
+            print(f"{total / 1000:9.3f} ms  total kernel time")
+        del original, fused, x
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
