@@ -7,6 +7,7 @@
 #include "group_norm_mean.h"
 
 #include "checks.h"
+#include "cuda_host_utils.h"
 #include "group_norm_mean_channels_last_kernels.h"
 #include "group_norm_mean_kernels.h"
 #include "tensor_utils.h"
@@ -25,33 +26,6 @@ namespace {
 constexpr const char* kForwardName = "fused::group_norm_mean";
 constexpr const char* kBackwardName = "fused::group_norm_mean (backward)";
 
-// The CUDA type with the layout of an ATen scalar type.
-template <typename T>
-struct CudaScalar {
-  using type = T;
-};
-template <>
-struct CudaScalar<at::Half> {
-  using type = __half;
-};
-template <>
-struct CudaScalar<at::BFloat16> {
-  using type = __nv_bfloat16;
-};
-
-template <typename T>
-const typename CudaScalar<T>::type* as_cuda(const T* p) {
-  return reinterpret_cast<const typename CudaScalar<T>::type*>(p);
-}
-template <typename T>
-typename CudaScalar<T>::type* as_cuda(T* p) {
-  return reinterpret_cast<typename CudaScalar<T>::type*>(p);
-}
-
-void check_cuda_input(const char* op, const at::Tensor& input) {
-  TORCH_CHECK(input.is_cuda(), op, ": expected a CUDA input tensor, got one on ", input.device());
-}
-
 // Whether the forward reads `input` in place as (N, spatial, C): dense channels-last (and not
 // also contiguous, which the (N, C, HxW) kernels read directly), with C and the alignment
 // the channels-last kernels handle.
@@ -65,11 +39,6 @@ bool read_as_channels_last(const at::Tensor& input) {
   return dense_channels_last &&
          gpu::group_norm_mean_channels_last_supported(input.size(1), input.element_size()) &&
          reinterpret_cast<uintptr_t>(input.const_data_ptr()) % 16 == 0;
-}
-
-// Device workspace of `bytes` bytes on `like`'s device (a null pointer when empty).
-at::Tensor workspace_like(const at::Tensor& like, size_t bytes) {
-  return at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "relu_group_norm.h"
 
 #include "checks.h"
+#include "cuda_host_utils.h"
 #include "relu_group_norm_kernels.h"
 #include "tensor_utils.h"
 
@@ -21,38 +22,6 @@ namespace {
 
 constexpr const char* kForwardName = "fused::relu_group_norm";
 constexpr const char* kBackwardName = "fused::relu_group_norm (backward)";
-
-// The CUDA type with the layout of an ATen scalar type.
-template <typename T>
-struct CudaScalar {
-  using type = T;
-};
-template <>
-struct CudaScalar<at::Half> {
-  using type = __half;
-};
-template <>
-struct CudaScalar<at::BFloat16> {
-  using type = __nv_bfloat16;
-};
-
-template <typename T>
-const typename CudaScalar<T>::type* as_cuda(const T* p) {
-  return reinterpret_cast<const typename CudaScalar<T>::type*>(p);
-}
-template <typename T>
-typename CudaScalar<T>::type* as_cuda(T* p) {
-  return reinterpret_cast<typename CudaScalar<T>::type*>(p);
-}
-
-void check_cuda_input(const char* op, const at::Tensor& input) {
-  TORCH_CHECK(input.is_cuda(), op, ": expected a CUDA input tensor, got one on ", input.device());
-}
-
-// Device workspace of `bytes` bytes on `like`'s device (a null pointer when empty).
-at::Tensor workspace_like(const at::Tensor& like, size_t bytes) {
-  return at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
-}
 
 }  // namespace
 
