@@ -173,9 +173,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_cpu(
   const at::Tensor w = contiguous_or_undefined(weight);
   const at::Tensor b = contiguous_or_undefined(bias);
   at::Tensor y = at::empty(x.sizes(), x.options());
-  const auto stats_options = x.options().dtype(stats_dtype(x.scalar_type()));
-  at::Tensor mean = at::empty({s.N, s.G}, stats_options);
-  at::Tensor rstd = at::empty({s.N, s.G}, stats_options);
+  at::Tensor mean = empty_stats(x, s.N, s.G);
+  at::Tensor rstd = empty_stats(x, s.N, s.G);
   if (x.numel() == 0) {
     return {y, mean, rstd};
   }
@@ -202,9 +201,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_cpu(
   const at::Tensor mean_c = mean.contiguous();
   const at::Tensor rstd_c = rstd.contiguous();
 
-  at::Tensor dx = output_mask[0] ? at::empty(x.sizes(), x.options()) : at::Tensor();
-  at::Tensor dweight = output_mask[1] && w.defined() ? at::zeros({s.C}, x.options()) : at::Tensor();
-  at::Tensor dbias = output_mask[2] ? at::zeros({s.C}, x.options()) : at::Tensor();
+  at::Tensor dx, dweight, dbias;
+  std::tie(dx, dweight, dbias) = allocate_norm_grads(x, s.C, w.defined(), output_mask);
   if (x.numel() == 0) {
     return {dx, dweight, dbias};
   }
