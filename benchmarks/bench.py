@@ -53,37 +53,6 @@ def log(msg):
     print(msg, flush=True)
 
 
-# ---------------------------------------------------------------------------------------
-# The reference patterns, copied verbatim from shared/reference/models.py (that folder does
-# not travel with the repository, so the benchmark carries its own copy).
-
-
-class ConvTranspose3dReLUGroupNorm(nn.Module):
-    """ConvTranspose3d -> ReLU -> GroupNorm."""
-
-    def __init__(self, in_channels, out_channels, kernel_size, groups, bias=False):
-        super().__init__()
-        self.conv_transpose = nn.ConvTranspose3d(in_channels, out_channels, kernel_size, bias=bias)
-        self.relu = nn.ReLU()
-        self.group_norm = nn.GroupNorm(num_groups=groups, num_channels=out_channels)
-
-    def forward(self, x):
-        return self.group_norm(self.relu(self.conv_transpose(x)))
-
-
-class Conv3dGroupNormMean(nn.Module):
-    """Conv3d -> GroupNorm -> mean over every dimension but the batch; returns shape (N,)."""
-
-    def __init__(self, in_channels, out_channels, kernel_size, num_groups):
-        super().__init__()
-        self.conv = nn.Conv3d(in_channels, out_channels, kernel_size)
-        self.group_norm = nn.GroupNorm(num_groups, out_channels)
-
-    def forward(self, x):
-        x = self.group_norm(self.conv(x))
-        return x.mean(dim=[1, 2, 3, 4])
-
-
 # The norm-only composites, as modules holding a GroupNorm (so that every workload has the
 # same shape: a module, an input, parameters).
 
@@ -120,77 +89,30 @@ class GroupNormMeanFused(GroupNormMeanRef):
         return torch.ops.fused.group_norm_mean(x, gn.num_groups, gn.weight, gn.bias, gn.eps)
 
 
-# Fallback drop-ins, used only when the fused_ops package cannot be imported (or lacks the
-# modules): they call the operators directly with the reference module's parameters.
-
-
-class _FallbackConvTranspose3dReLUGroupNorm(ConvTranspose3dReLUGroupNorm):
-    def forward(self, x):
-        c, gn = self.conv_transpose, self.group_norm
-        return torch.ops.fused.conv_transpose3d_relu_group_norm(
-            x, c.weight, c.bias, list(c.stride), list(c.padding), list(c.output_padding),
-            c.groups, list(c.dilation), gn.num_groups, gn.weight, gn.bias, gn.eps)
-
-
-class _FallbackConv3dGroupNormMean(Conv3dGroupNormMean):
-    def forward(self, x):
-        c, gn = self.conv, self.group_norm
-        return torch.ops.fused.conv3d_group_norm_mean(
-            x, c.weight, c.bias, list(c.stride), list(c.padding), list(c.dilation), c.groups,
-            gn.num_groups, gn.weight, gn.bias, gn.eps)
-
-
 # ---------------------------------------------------------------------------------------
 # Loading fused_ops
 
 
-def _ops_registered():
-    try:
-        torch._C._dispatch_find_schema_or_throw("fused::relu_group_norm", "")
-        return True
-    except RuntimeError:
-        return False
-
-
 def load_fused(lib_arg):
-    """Returns (info dict, fused CT class, fused conv3d class)."""
-    info = {"source": None, "library": None, "import_error": None}
+    """Imports the repository's fused_ops package (which loads libfused_ops.so: --lib, else
+    FUSED_OPS_LIBRARY, else the build folders) and returns (info dict, the reference module
+    classes, the fused drop-in classes)."""
     if lib_arg:
-        os.environ.setdefault("FUSED_OPS_LIBRARY", os.path.abspath(lib_arg))
+        os.environ["FUSED_OPS_LIBRARY"] = os.path.abspath(lib_arg)
     if REPO not in sys.path:
         sys.path.insert(0, REPO)
-    ct_cls, c3_cls = _FallbackConvTranspose3dReLUGroupNorm, _FallbackConv3dGroupNormMean
-    try:
-        import fused_ops  # noqa: F401
+    import fused_ops  # noqa: E402  (raises ImportError naming where it looked)
+    from fused_ops import reference
 
-        info["source"] = "fused_ops package"
-        info["library"] = getattr(fused_ops, "library_path", None)
-        if hasattr(fused_ops, "ConvTranspose3dReLUGroupNorm") and hasattr(
-                fused_ops, "Conv3dGroupNormMean"):
-            ct_cls, c3_cls = fused_ops.ConvTranspose3dReLUGroupNorm, fused_ops.Conv3dGroupNormMean
-        else:
-            info["source"] = "fused_ops package (modules missing: direct torch.ops fallback)"
-    except Exception as e:  # noqa: BLE001
-        info["import_error"] = f"{type(e).__name__}: {e}"
-        if not _ops_registered():
-            candidates = [lib_arg, os.environ.get("FUSED_OPS_LIBRARY")]
-            candidates += [os.path.join(REPO, d, "libfused_ops.so")
-                           for d in ("build", "build-cuda", "build-gpu", "build-cpu")]
-            for path in candidates:
-                if path and os.path.isfile(path):
-                    try:
-                        torch.ops.load_library(path)
-                        info["library"] = os.path.abspath(path)
-                        break
-                    except Exception as e2:  # noqa: BLE001
-                        info["import_error"] += f"; load_library({path}): {e2}"
-        info["source"] = "torch.ops.load_library fallback" if _ops_registered() else "unavailable"
-    try:
-        info["has_cuda_kernels"] = bool(torch._C._dispatch_has_kernel_for_dispatch_key(
-            "fused::relu_group_norm", "CUDA")) if _ops_registered() else False
-    except Exception:  # noqa: BLE001
-        info["has_cuda_kernels"] = None
-    return info, ct_cls, c3_cls
+    info = {
+        "source": "fused_ops package",
+        "library": fused_ops.library_path,
+        "has_cuda_kernels": bool(torch._C._dispatch_has_kernel_for_dispatch_key(
+            "fused::relu_group_norm", "CUDA")),
+    }
+    refs = (reference.ConvTranspose3dReLUGroupNorm, reference.Conv3dGroupNormMean)
+    fused = (fused_ops.ConvTranspose3dReLUGroupNorm, fused_ops.Conv3dGroupNormMean)
+    return info, refs, fused
 
 
 # ---------------------------------------------------------------------------------------
@@ -204,8 +126,11 @@ def numel(shape):
     return n
 
 
-def make_workloads(quick, fused_ct, fused_c3):
-    """name -> spec. Byte counts are 'bytes that must move' (float32); FLOPs are the conv's."""
+def make_workloads(quick, refs, fused):
+    """name -> spec. Byte counts are 'bytes that must move' (float32); FLOPs are the conv's.
+    refs / fused: the (ConvTranspose3d, Conv3d) reference and drop-in model classes."""
+    ref_ct, ref_c3 = refs
+    fused_ct, fused_c3 = fused
     if quick:
         rgn_shape, gnm_shape = (2, 16, 12, 12, 12), (4, 24, 6, 8, 8)
         ct_init = dict(in_channels=8, out_channels=16, kernel_size=3, groups=8, bias=False)
@@ -245,14 +170,14 @@ def make_workloads(quick, fused_ct, fused_c3):
             flops=None),
         "conv_transpose3d_relu_group_norm": dict(
             kind="model", input_shape=ct_in, input_dist="rand",
-            make_ref=lambda: ConvTranspose3dReLUGroupNorm(**ct_init),
+            make_ref=lambda: ref_ct(**ct_init),
             make_fused=lambda: fused_ct(**ct_init),
             bytes=None,
             # fwd+bwd: grad-input and grad-weight convolutions cost as much as the forward.
             flops={"fwd": ct_flops, "fwdbwd": 3 * ct_flops}),
         "conv3d_group_norm_mean": dict(
             kind="model", input_shape=c3_in, input_dist="rand",
-            make_ref=lambda: Conv3dGroupNormMean(**c3_init),
+            make_ref=lambda: ref_c3(**c3_init),
             make_fused=lambda: fused_c3(**c3_init),
             bytes=None,
             flops={"fwd": c3_flops, "fwdbwd": 3 * c3_flops}),
@@ -967,12 +892,10 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     tf32_defaults = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
 
-    fused_info, ct_cls, c3_cls = load_fused(a.lib)
+    fused_info, ref_classes, fused_classes = load_fused(a.lib)
     env = environment(device)
     log(f"device: {env['device_name']} | torch {env['torch']} | cuda {env['cuda']} | "
         f"cudnn {env['cudnn']} | fused_ops: {fused_info['source']} ({fused_info['library']})")
-    if fused_info.get("import_error"):
-        log(f"note: import fused_ops failed: {fused_info['import_error']}")
     log(f"workloads {a.only} | modes {a.modes} | tf32 {a.tf32} | compile {a.compile_impls} | "
         f"budget {a.budget_s:.0f}s | quick={a.quick}")
 
@@ -985,7 +908,7 @@ def main(argv=None):
     log("ceilings: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                  for k, v in ceilings.items()))
 
-    workloads = make_workloads(a.quick, ct_cls, c3_cls)
+    workloads = make_workloads(a.quick, ref_classes, fused_classes)
     runner = Runner(a, device, workloads, ceilings)
     runner.t_start = t0
     finished = threading.Event()
