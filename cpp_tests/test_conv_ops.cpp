@@ -184,3 +184,25 @@ TEST_CASE("non-contiguous parameters and a broadcast grad_output", "[norm][conv]
     }
   }
 }
+
+TEST_CASE("debug queries name the kernels a call runs (CPU: ATen's convolution)", "[conv][cpu]") {
+  at::manual_seed(43);
+  const ConvCase ct = conv_transpose_cases()[0];
+  const ConvParams pt = random_conv_params(ct, true);
+  CHECK(fused_ops::api::conv_transpose3d_relu_group_norm_path(
+            pt.input, pt.weight, pt.conv_bias, ct.stride, ct.padding, ct.output_padding,
+            ct.groups, ct.dilation, ct.num_groups, pt.gn_weight, pt.gn_bias, ct.eps) ==
+        "aten -> relu_group_norm");
+  const ConvCase c3 = conv3d_cases()[0];
+  const ConvParams p3 = random_conv_params(c3, false);
+  CHECK(fused_ops::api::conv3d_group_norm_mean_path(p3.input, p3.weight, p3.conv_bias, c3.stride,
+                                                    c3.padding, c3.dilation, c3.groups,
+                                                    c3.num_groups, p3.gn_weight, p3.gn_bias,
+                                                    c3.eps) == "aten -> group_norm_mean");
+  const at::Tensor x = randn64({2, 6, 3, 4});
+  CHECK(fused_ops::api::relu_group_norm_path(x, 3) == "relu_group_norm");
+  CHECK(fused_ops::api::group_norm_mean_path(x, 3) == "group_norm_mean");
+  // The query checks the arguments as the operator does.
+  REQUIRE_C10_ERROR(fused_ops::api::group_norm_mean_path(x, 4),
+                    FUSED_CONTAINS("divisible by num_groups"));
+}

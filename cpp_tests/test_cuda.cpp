@@ -116,6 +116,12 @@ TEST_CASE("CUDA: relu_group_norm / group_norm_mean match the float64 reference",
         check_norm_case(op, {{2, 6, 5, 7}, 2}, at::kHalf, kCUDA, layout, cuda_tol(at::kHalf));
         check_norm_case(op, {{2, 6, 3, 5, 7}, 3}, at::kFloat, kCUDA, Layout::Contiguous,
                         cuda_tol(at::kFloat), 0.0, layout);
+        // Channel counts that group_norm_mean's channels-last kernel reads in place (a
+        // multiple of the 16-byte vector), with a mean offset (its shifted sums).
+        check_norm_case(op, {{2, 8, 3, 5, 7}, 4}, at::kFloat, kCUDA, layout, cuda_tol(at::kFloat));
+        check_norm_case(op, {{2, 24, 6, 5, 7}, 8}, at::kFloat, kCUDA, layout,
+                        cuda_tol(at::kFloat), 5.0);
+        check_norm_case(op, {{2, 16, 5, 7}, 4}, at::kHalf, kCUDA, layout, cuda_tol(at::kHalf));
       }
   }
   SECTION("mean offset 5 + randn, moderate groups") {

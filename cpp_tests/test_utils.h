@@ -2,7 +2,7 @@
 // in float64), gradient helpers and tolerance checks.
 #pragma once
 
-#include "api.h"
+#include "common/api.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>

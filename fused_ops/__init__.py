@@ -36,6 +36,7 @@ __all__ = [
     "library_path",
     "library_search_paths",
     "has_cuda_kernels",
+    "dispatch_path",
     "relu_group_norm",
     "group_norm_mean",
     "conv_transpose3d_relu_group_norm",
@@ -120,6 +121,20 @@ library_path: Optional[str] = _load_library()
 def has_cuda_kernels() -> bool:
     """Whether the loaded library has CUDA kernels (was built with CUDA)."""
     return torch._C._dispatch_has_kernel_for_dispatch_key("fused::relu_group_norm", "CUDA")
+
+
+def dispatch_path(op: str, *args) -> str:
+    """The kernels that ``torch.ops.fused.<op>(*args)`` runs under the current precision flags.
+
+    A debug query (it computes nothing): ``op`` is an operator name ("relu_group_norm",
+    "group_norm_mean", "conv_transpose3d_relu_group_norm", "conv3d_group_norm_mean") and
+    ``args`` are the operator's arguments. For the conv operators the answer is
+    ``"<convolution> -> <GroupNorm kernel>"``, e.g. ``"aten_float32 -> group_norm_mean"``:
+    ``aten`` (ATen's convolution, as eager PyTorch runs it), ``aten_float32`` (the same with
+    float32 products whatever ``torch.backends.cudnn.allow_tf32`` says) or
+    ``transposed_as_forward`` (a stride-1 transposed convolution run as a forward one).
+    """
+    return getattr(torch.ops.fused, f"_{op}_path")(*args)
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,7 +15,10 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO_DIR, requires_torchscript, torchscript_skip_reason
+from helpers import REPO_DIR, requires_torchscript, torchscript_skip_reason
+
+# The C++ program runs with --no-tf32 and Python recomputes its checksums in plain float32.
+pytestmark = pytest.mark.tf32_off
 
 EXPORT_SCRIPT = os.path.join(REPO_DIR, "examples", "export_torchscript.py")
 MODELS = ["conv_transpose3d_relu_group_norm", "conv3d_group_norm_mean"]
@@ -81,7 +84,7 @@ def exported(tmp_path_factory):
 
 def python_checksums(model_path, shape, seed, device):
     """What the C++ program computes, in Python: the same input (CPU generator, then moved
-    to the device) through the same TorchScript file (TF32 off, see conftest)."""
+    to the device) through the same TorchScript file (TF32 off: pytestmark above)."""
     assert not torch.backends.cudnn.allow_tf32
     module = torch.jit.load(model_path, map_location=device)
     module.eval()
@@ -114,7 +117,7 @@ def check_against_python(result, model_path):
 @requires_infer
 @pytest.mark.parametrize("name", MODELS)
 def test_cpp_inference_matches_python(exported, name):
-    # TF32 off: Python computes in plain float32 (conftest's autouse fixture).
+    # TF32 off: Python computes in plain float32 (pytestmark above).
     out = run([INFER, exported[name], "--no-tf32"])
     result = parse_key_values(out)
     assert result["tf32"] == "off"

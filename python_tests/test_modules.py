@@ -10,72 +10,17 @@ import torch
 
 import fused_ops
 from fused_ops import reference
-from conftest import (
+from helpers import (
+    MODELS,
     assert_close_scaled,
     assert_close_to_ref,
     assert_same_run,
+    forward_backward,
+    make_pair,
+    randomise_,
     requires_cuda,
     requires_torchscript,
 )
-
-# Headline-like configurations at small sizes: (original class, fused class, init args,
-# input shape).
-MODELS = {
-    "conv_transpose3d_relu_group_norm": (
-        reference.ConvTranspose3dReLUGroupNorm, fused_ops.ConvTranspose3dReLUGroupNorm,
-        dict(in_channels=8, out_channels=16, kernel_size=3, groups=4, bias=False),
-        (2, 8, 6, 7, 5)),
-    "conv_transpose3d_relu_group_norm_conv_bias": (
-        reference.ConvTranspose3dReLUGroupNorm, fused_ops.ConvTranspose3dReLUGroupNorm,
-        dict(in_channels=6, out_channels=12, kernel_size=2, groups=12, bias=True),
-        (1, 6, 5, 3, 7)),
-    "conv3d_group_norm_mean": (
-        reference.Conv3dGroupNormMean, fused_ops.Conv3dGroupNormMean,
-        dict(in_channels=3, out_channels=24, kernel_size=3, num_groups=8),
-        (4, 3, 8, 9, 10)),
-    "conv3d_group_norm_mean_kernel_triple": (
-        reference.Conv3dGroupNormMean, fused_ops.Conv3dGroupNormMean,
-        dict(in_channels=4, out_channels=6, kernel_size=(3, 1, 2), num_groups=2),
-        (3, 4, 5, 6, 7)),
-}
-
-
-def randomise_(model: torch.nn.Module) -> torch.nn.Module:
-    """Random parameters everywhere: GroupNorm affine (never its default init) and conv
-    bias too (the conv weight keeps its random default init, rescaled a little)."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name == "group_norm.weight":
-                p.copy_(1.0 + 0.5 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.5 * torch.randn_like(p))
-            else:
-                p.mul_(1.0 + 0.1 * torch.randn_like(p))
-    return model
-
-
-def make_pair(name, device="cpu", dtype=torch.float32):
-    """(original, fused) with the same random parameters, on device, in dtype."""
-    Original, Fused, init, input_shape = MODELS[name]
-    original = randomise_(Original(**init)).to(device=device, dtype=dtype)
-    fused = Fused(**init).to(device=device, dtype=dtype)
-    fused.load_state_dict(original.state_dict())
-    return original, fused, input_shape
-
-
-def forward_backward(model, x, grad_out=None):
-    """Output, grad_out, input grad and {param name: grad} of model(x) for a random
-    grad_output (reused if given)."""
-    x = x.detach().clone().requires_grad_(True)
-    model.zero_grad(set_to_none=True)
-    out = model(x)
-    if grad_out is None:
-        grad_out = torch.randn(out.shape, dtype=out.dtype, device=out.device)
-    out.backward(grad_out.to(out.dtype))
-    # (torch.compile's wrapper names the parameters "_orig_mod.<name>")
-    grads = {n.removeprefix("_orig_mod."): p.grad for n, p in model.named_parameters()}
-    return out.detach(), grad_out, x.grad, grads
-
 
 NAMES = list(MODELS)
 
@@ -90,6 +35,7 @@ def test_same_structure(name):
     assert fused.__doc__ and "Replaces" in fused.__doc__
 
 
+@pytest.mark.tf32_off
 @pytest.mark.parametrize("name", NAMES)
 def test_parity_with_original(device, name):
     """Forward and backward (input and parameter grads) of the drop-in in float32 against
@@ -144,6 +90,7 @@ def test_state_dict_round_trip(name):
         assert torch.equal(original2.state_dict()[k], v)
 
 
+@pytest.mark.tf32_off
 @requires_torchscript
 @pytest.mark.parametrize("name", NAMES)
 def test_torchscript_save_load(device, name, tmp_path):
@@ -184,6 +131,7 @@ def test_torchscript_reads_conv_settings(tmp_path):
     assert_close_to_ref(fused(x), ref(x.double()))
 
 
+@pytest.mark.tf32_off
 @pytest.mark.parametrize("name", ["conv_transpose3d_relu_group_norm_conv_bias",
                                   "conv3d_group_norm_mean"])
 def test_compile(device, name, fresh_dynamo):
@@ -258,8 +206,9 @@ def test_headline_sizes_cuda(name):
     """The workloads of models.py at their sizes: drop-in vs eager PyTorch with TF32 off
     (random GroupNorm affine and conv bias), forward for both, backward for the first."""
     workload = reference.WORKLOADS[name]
-    torch.backends.cudnn.allow_tf32 = False  # (the autouse fixture does this too)
-    torch.backends.cuda.matmul.allow_tf32 = False
+    # TF32 off, set explicitly: this is the float32-exact mode (PyTorch's default flags:
+    # test_numerics_contract.py).
+    torch.backends.cudnn.allow_tf32 = False
     original = randomise_(workload["model"](**workload["init"])).cuda()
     Fused = getattr(fused_ops, workload["model"].__name__)
     fused = Fused(**workload["init"]).cuda()

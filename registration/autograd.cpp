@@ -1,16 +1,15 @@
 // Autograd kernels of the public operators, in C++, so that a process without Python (a
 // libtorch program) can train through them too.
 //
-// Each public operator's Autograd kernel runs the internal forward (which also returns the
-// statistics backward needs) below autograd, saves what backward needs, and its backward
-// calls the internal backward operators; the convolution's gradients come from ATen's
-// convolution_backward. When no gradient is needed (no input requires grad, or grad mode is
-// off) the kernel goes straight to the backend's public kernel and saves nothing.
+// Each public operator's Autograd kernel runs the internal forward operator (which also
+// returns what backward needs) below autograd, saves what backward needs, and its backward
+// calls the internal backward operator; both go through the dispatcher, so that
+// torch.compile traces them as opaque operators (with their Meta kernels). When no gradient
+// is needed (no input requires grad, or grad mode is off) the kernel goes straight to the
+// backend's public kernel and saves nothing.
 //
 // The backward formulas are single-differentiable (no double backward).
-#include "api.h"
-#include "conv3d_group_norm_mean.h"
-#include "conv_transpose3d_relu_group_norm.h"
+#include "common/api.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
@@ -162,7 +161,7 @@ class ConvTranspose3dReluGroupNormFunction
                             int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
                             const OptTensor& gn_weight, const OptTensor& gn_bias, double eps) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [output, conv_output, mean, rstd] = conv_transpose3d_relu_group_norm_forward(
+    auto [output, conv_output, mean, rstd] = api::_conv_transpose3d_relu_group_norm_forward(
         input, weight, conv_bias, stride, padding, output_padding, groups, dilation, num_groups,
         gn_weight, gn_bias, eps);
     ctx->save_for_backward(
@@ -178,12 +177,12 @@ class ConvTranspose3dReluGroupNormFunction
     const auto saved = ctx->get_saved_variables();
     auto& data = ctx->saved_data;
     auto [grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias] =
-        conv_transpose3d_relu_group_norm_backward(
-            grad_outputs[0], saved[0], saved[1], data["has_conv_bias"].toBool(), saved[3],
-            saved[4], saved[5], data["stride"].toIntVector(), data["padding"].toIntVector(),
+        api::_conv_transpose3d_relu_group_norm_backward(
+            grad_outputs[0], saved[0], saved[1], saved[3], saved[4], saved[5],
+            data["stride"].toIntVector(), data["padding"].toIntVector(),
             data["output_padding"].toIntVector(), data["groups"].toInt(),
             data["dilation"].toIntVector(), data["num_groups"].toInt(), as_optional(saved[2]),
-            input_grad_mask<5>(ctx));
+            data["has_conv_bias"].toBool(), input_grad_mask<5>(ctx));
     return {grad_input,  grad_weight,  grad_conv_bias, at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(),   at::Tensor(),
             at::Tensor(), grad_gn_weight, grad_gn_bias, at::Tensor()};
@@ -217,7 +216,7 @@ class Conv3dGroupNormMeanFunction
                             int64_t num_groups, const OptTensor& gn_weight,
                             const OptTensor& gn_bias, double eps) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [output, conv_output, mean, rstd, channel_mean] = conv3d_group_norm_mean_forward(
+    auto [output, conv_output, mean, rstd, channel_mean] = api::_conv3d_group_norm_mean_forward(
         input, weight, conv_bias, stride, padding, dilation, groups, num_groups, gn_weight,
         gn_bias, eps);
     ctx->save_for_backward(
@@ -233,12 +232,11 @@ class Conv3dGroupNormMeanFunction
     const auto saved = ctx->get_saved_variables();
     auto& data = ctx->saved_data;
     auto [grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias] =
-        conv3d_group_norm_mean_backward(
-            grad_outputs[0], saved[0], saved[1], data["has_conv_bias"].toBool(), saved[3],
-            saved[4], saved[5], saved[6], data["stride"].toIntVector(),
-            data["padding"].toIntVector(), data["dilation"].toIntVector(),
-            data["groups"].toInt(), data["num_groups"].toInt(), as_optional(saved[2]),
-            input_grad_mask<5>(ctx));
+        api::_conv3d_group_norm_mean_backward(
+            grad_outputs[0], saved[0], saved[1], saved[3], saved[4], saved[5], saved[6],
+            data["stride"].toIntVector(), data["padding"].toIntVector(),
+            data["dilation"].toIntVector(), data["groups"].toInt(), data["num_groups"].toInt(),
+            as_optional(saved[2]), data["has_conv_bias"].toBool(), input_grad_mask<5>(ctx));
     return {grad_input,   grad_weight,  grad_conv_bias, at::Tensor(),   at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(),   grad_gn_weight, grad_gn_bias,
             at::Tensor()};

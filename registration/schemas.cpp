@@ -1,49 +1,75 @@
 // The operator schemas of the `fused` namespace. Argument order follows
 // torch.nn.functional. The underscore operators are internal: forward passes that also
-// return what backward needs, and the backward passes; the Autograd kernels
-// (autograd.cpp) are built from them.
+// return what backward needs, and the backward passes, from which the Autograd kernels
+// (autograd.cpp) are built; and the debug queries `_<op>_path`, which take an operator's
+// arguments and name the kernels a call with them runs.
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 TORCH_LIBRARY(fused, m) {
   const std::vector<at::Tag> tags{at::Tag::pt2_compliant_tag};
-  m.def(
-      "relu_group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, "
-      "float eps=1e-05) -> Tensor",
-      tags);
-  m.def(
-      "group_norm_mean(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, "
-      "float eps=1e-05) -> Tensor",
-      tags);
-  m.def(
-      "conv_transpose3d_relu_group_norm(Tensor input, Tensor weight, Tensor? conv_bias, "
-      "int[3] stride, int[3] padding, int[3] output_padding, int groups, int[3] dilation, "
-      "int num_groups, Tensor? gn_weight, Tensor? gn_bias, float eps) -> Tensor",
-      tags);
-  m.def(
-      "conv3d_group_norm_mean(Tensor input, Tensor weight, Tensor? conv_bias, int[3] stride, "
-      "int[3] padding, int[3] dilation, int groups, int num_groups, Tensor? gn_weight, "
-      "Tensor? gn_bias, float eps) -> Tensor",
-      tags);
+  constexpr const char* kReluGroupNormArgs =
+      "(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, "
+      "float eps=1e-05)";
+  constexpr const char* kGroupNormMeanArgs =
+      "(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, "
+      "float eps=1e-05)";
+  constexpr const char* kConvTransposeArgs =
+      "(Tensor input, Tensor weight, Tensor? conv_bias, int[3] stride, int[3] padding, "
+      "int[3] output_padding, int groups, int[3] dilation, int num_groups, Tensor? gn_weight, "
+      "Tensor? gn_bias, float eps)";
+  constexpr const char* kConv3dArgs =
+      "(Tensor input, Tensor weight, Tensor? conv_bias, int[3] stride, int[3] padding, "
+      "int[3] dilation, int groups, int num_groups, Tensor? gn_weight, Tensor? gn_bias, "
+      "float eps)";
+  auto def = [&](const std::string& name, const char* args, const char* returns) {
+    m.def((name + args + " -> " + returns).c_str(), tags);
+  };
 
-  // (output, mean, rstd); mean and rstd of shape (N, num_groups).
-  m.def(
-      "_relu_group_norm_forward(Tensor input, int num_groups, Tensor? weight, Tensor? bias, "
-      "float eps) -> (Tensor, Tensor, Tensor)",
-      tags);
-  // (grad_input, grad_weight, grad_bias); `input` is the pre-ReLU input.
+  // Public operators.
+  def("relu_group_norm", kReluGroupNormArgs, "Tensor");
+  def("group_norm_mean", kGroupNormMeanArgs, "Tensor");
+  def("conv_transpose3d_relu_group_norm", kConvTransposeArgs, "Tensor");
+  def("conv3d_group_norm_mean", kConv3dArgs, "Tensor");
+
+  // Internal forwards: (output, what backward needs). mean and rstd have shape
+  // (N, num_groups), channel_mean (N, C); conv_output is the convolution's output.
+  def("_relu_group_norm_forward", kReluGroupNormArgs, "(Tensor, Tensor, Tensor)");
+  def("_group_norm_mean_forward", kGroupNormMeanArgs, "(Tensor, Tensor, Tensor, Tensor)");
+  def("_conv_transpose3d_relu_group_norm_forward", kConvTransposeArgs,
+      "(Tensor, Tensor, Tensor, Tensor)");
+  def("_conv3d_group_norm_mean_forward", kConv3dArgs, "(Tensor, Tensor, Tensor, Tensor, Tensor)");
+
+  // Internal backwards: the gradients of the differentiable arguments, in order, each
+  // undefined where output_mask is false. `input` is the forward's input (for
+  // relu_group_norm, the pre-ReLU input).
   m.def(
       "_relu_group_norm_backward(Tensor grad_output, Tensor input, Tensor mean, Tensor rstd, "
       "int num_groups, Tensor? weight, bool[3] output_mask) -> (Tensor, Tensor, Tensor)",
-      tags);
-  // (output, mean, rstd, channel_mean); channel_mean of shape (N, C).
-  m.def(
-      "_group_norm_mean_forward(Tensor input, int num_groups, Tensor? weight, Tensor? bias, "
-      "float eps) -> (Tensor, Tensor, Tensor, Tensor)",
       tags);
   m.def(
       "_group_norm_mean_backward(Tensor grad_output, Tensor input, Tensor mean, Tensor rstd, "
       "Tensor channel_mean, int num_groups, Tensor? weight, bool[3] output_mask) -> "
       "(Tensor, Tensor, Tensor)",
       tags);
+  m.def(
+      "_conv_transpose3d_relu_group_norm_backward(Tensor grad_output, Tensor input, "
+      "Tensor weight, Tensor conv_output, Tensor mean, Tensor rstd, int[3] stride, "
+      "int[3] padding, int[3] output_padding, int groups, int[3] dilation, int num_groups, "
+      "Tensor? gn_weight, bool has_conv_bias, bool[5] output_mask) -> "
+      "(Tensor, Tensor, Tensor, Tensor, Tensor)",
+      tags);
+  m.def(
+      "_conv3d_group_norm_mean_backward(Tensor grad_output, Tensor input, Tensor weight, "
+      "Tensor conv_output, Tensor mean, Tensor rstd, Tensor channel_mean, int[3] stride, "
+      "int[3] padding, int[3] dilation, int groups, int num_groups, Tensor? gn_weight, "
+      "bool has_conv_bias, bool[5] output_mask) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+      tags);
+
+  // Debug queries: the path a call with these arguments takes (e.g. for conv3d_group_norm_mean
+  // "aten_float32 -> group_norm_mean"), under the current precision flags.
+  def("_relu_group_norm_path", kReluGroupNormArgs, "str");
+  def("_group_norm_mean_path", kGroupNormMeanArgs, "str");
+  def("_conv_transpose3d_relu_group_norm_path", kConvTransposeArgs, "str");
+  def("_conv3d_group_norm_mean_path", kConv3dArgs, "str");
 }

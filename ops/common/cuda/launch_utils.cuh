@@ -1,0 +1,129 @@
+// Launch constants, host-side launch helpers and fixed-order sums shared by the CUDA kernels
+// (nvcc only: no ATen, no torch).
+//
+//   * kThreads (every kernel's block size), warp constants, ceil_div, grid checks;
+//   * FUSED_OPS_RETURN_IF_CUDA_ERROR / FUSED_OPS_RETURN_IF_LAUNCH_FAILED: launchers report
+//     errors as cudaError_t and never throw (the host side turns them into exceptions);
+//   * WorkspaceCarver: one layout function both sizes and carves a workspace;
+//   * warp and block sums of doubles in a fixed order (deterministic: the result depends on
+//     the launch shape only, never on timing).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+
+namespace fused_ops {
+namespace gpu {
+
+// ---------------------------------------------------------------------------------------
+// Launch constants.
+
+constexpr int kThreads = 256;                      // threads per block, every kernel
+constexpr int kLog2Threads = 8;
+constexpr int kWarpSize = 32;
+constexpr int kWarpsPerBlock = kThreads / kWarpSize;
+
+// ---------------------------------------------------------------------------------------
+// Host-side helpers.
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Smallest k with 2^k >= v (v >= 1).
+inline int ceil_log2(int64_t v) {
+  int k = 0;
+  while ((int64_t{1} << k) < v) {
+    ++k;
+  }
+  return k;
+}
+
+inline bool is_aligned_16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Blocks for `items` warp-sized work items, kWarpsPerBlock per block.
+inline int64_t blocks_for_warp_items(int64_t items) { return ceil_div(items, kWarpsPerBlock); }
+
+// Whether a 1-D grid of `blocks` blocks can be launched (and indexed with 32-bit blockIdx).
+inline bool grid_fits(int64_t blocks) { return blocks > 0 && blocks <= INT_MAX; }
+
+// Returns from the enclosing launcher with the error of the last launch, if any. Launchers
+// report errors as cudaError_t and never throw; the host wrappers turn them into exceptions.
+#define FUSED_OPS_RETURN_IF_CUDA_ERROR(expr)      \
+  do {                                            \
+    const cudaError_t fused_ops_status_ = (expr); \
+    if (fused_ops_status_ != cudaSuccess) {       \
+      return fused_ops_status_;                   \
+    }                                             \
+  } while (0)
+
+#define FUSED_OPS_RETURN_IF_LAUNCH_FAILED() FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaGetLastError())
+
+// Carves 256-byte-aligned sub-buffers out of one workspace. With a null base it only counts
+// bytes, so that sizing (on the host, before the allocation) and carving share one layout.
+class WorkspaceCarver {
+ public:
+  explicit WorkspaceCarver(void* base) : base_(static_cast<char*>(base)) {}
+  template <typename U>
+  U* take(int64_t count) {
+    const size_t offset = offset_;
+    offset_ += (static_cast<size_t>(count) * sizeof(U) + 255) / 256 * 256;
+    return base_ == nullptr ? nullptr : reinterpret_cast<U*>(base_ + offset);
+  }
+  size_t bytes() const { return offset_; }
+
+ private:
+  char* base_;
+  size_t offset_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------
+// Fixed-order sums.
+
+// Sum over the aligned groups of `width` lanes (a power of two <= 32) that hold the calling
+// lane, by xor butterfly: every lane of a group ends with the same value (IEEE addition is
+// commutative), and the order of the additions is fixed. All 32 lanes must call it.
+__device__ __forceinline__ double subwarp_allreduce_sum(double v, int width) {
+  for (int offset = width >> 1; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+__device__ __forceinline__ double warp_allreduce_sum(double v) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+// Sum of a pair over the kThreads threads of the block; the result is valid in thread 0.
+// Every thread of the block must call it (it holds a __syncthreads). `scratch` (kWarpsPerBlock
+// entries of shared memory) is written once and read once: a kernel that calls this a second
+// time must __syncthreads() in between.
+__device__ __forceinline__ double2 block_reduce_sum(double2 v, double2* scratch) {
+  v.x = warp_allreduce_sum(v.x);
+  v.y = warp_allreduce_sum(v.y);
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (lane == 0) {
+    scratch[warp] = v;
+  }
+  __syncthreads();
+  double2 total = make_double2(0.0, 0.0);
+  if (warp == 0) {
+    if (lane < kWarpsPerBlock) {
+      total = scratch[lane];
+    }
+    total.x = warp_allreduce_sum(total.x);
+    total.y = warp_allreduce_sum(total.y);
+  }
+  return total;
+}
+
+}  // namespace gpu
+}  // namespace fused_ops

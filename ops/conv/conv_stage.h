@@ -1,0 +1,60 @@
+// The convolution stage of the fused conv operators, through ATen (cuDNN on CUDA, oneDNN or
+// ATen's own kernels on the CPU), with the precision and layout policy of conv_stage.cpp:
+// each fused operator stays at least as accurate as the modules it replaces, under the same
+// precision flags.
+#pragma once
+
+#include "common/checks.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <string>
+#include <tuple>
+
+namespace fused_ops {
+namespace conv {
+
+// What reads the convolution's output; it selects the policy of conv_stage.cpp.
+enum class ConvConsumer {
+  kReluGroupNorm,  // conv_transpose3d_relu_group_norm
+  kGroupNormMean,  // conv3d_group_norm_mean
+};
+
+// How run_conv3d computes a convolution (see conv_stage.cpp); conv_path_name names it for the
+// debug queries.
+enum class ConvPath {
+  kAten,                    // at::convolution, as eager PyTorch runs it
+  kAtenFloat32,             // ATen's convolution with float32 products whatever the TF32 flag
+  kTransposedAsForward,     // a stride-1 transposed convolution run as a forward one
+};
+const char* conv_path_name(ConvPath path);
+
+// The path run_conv3d takes for these arguments (which passed check_conv3d_args) under the
+// current precision flags.
+ConvPath select_conv_path(const at::Tensor& input, const at::Tensor& weight,
+                          const Conv3dParams& params, ConvConsumer consumer);
+
+// Runs the (transposed or forward) 3-d convolution described by `params`, for `consumer`.
+// Arguments must already have passed check_conv3d_args. The result has the value of
+// torch.nn.functional.conv3d / conv_transpose3d, in the memory format the input suggests
+// (contiguous, or channels_last_3d for a channels-last input); its rounding follows the
+// policy of conv_stage.cpp.
+at::Tensor run_conv3d(const at::Tensor& input, const at::Tensor& weight,
+                      const c10::optional<at::Tensor>& bias, const Conv3dParams& params,
+                      ConvConsumer consumer);
+
+// The empty tensor run_conv3d returns for an output of `shape` (its dtype, device and memory
+// format), for the Meta kernels.
+at::Tensor empty_conv_output(const at::Tensor& input, c10::SymIntArrayRef shape);
+
+// Gradients of run_conv3d's (grad_input, grad_weight, grad_bias) given the gradient of its
+// output, each undefined where output_mask is false (grad_bias also when has_bias is false);
+// grad_input and grad_weight in the memory formats that input and weight suggest. For Meta
+// tensors, the empty gradients.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(
+    const at::Tensor& grad_conv_output, const at::Tensor& input, const at::Tensor& weight,
+    bool has_bias, const Conv3dParams& params, std::array<bool, 3> output_mask);
+
+}  // namespace conv
+}  // namespace fused_ops

@@ -1,0 +1,100 @@
+// The kernels of the GroupNorm family (relu_group_norm, group_norm_mean): their plain
+// parameter structs and their per-device entry points. Plain C++ (no torch, no CUDA types):
+// included by the host functions (relu_group_norm.cpp, group_norm_mean.cpp), the CPU kernels
+// (*_cpu.cpp) and the CUDA kernels (*_cuda.cu).
+//
+// Conventions of every struct: an input of rank >= 2 viewed as (N, C, HxW) with G groups of
+// C / G channels; tensors contiguous (NCHW...), except where a struct says otherwise; data
+// pointers of `dtype`, statistics of float (double for double data); weight and bias of C
+// entries, or null (then 1 and 0); outputs that are null are not written. Sizes are non-empty
+// (the host functions return before calling a kernel on an empty input).
+#pragma once
+
+#include "common/group_norm_shape.h"
+#include "common/kernel_types.h"
+
+#include <cstdint>
+
+namespace fused_ops {
+namespace norm {
+
+// relu_group_norm forward: y = group_norm(relu(x)); mean, rstd: (N, G) statistics of relu(x).
+struct ReluGroupNormForwardParams {
+  ScalarKind dtype;
+  GroupNormShape sizes;
+  double eps;
+  const void* x;
+  const void* weight;
+  const void* bias;
+  void* y;
+  void* mean;
+  void* rstd;
+};
+
+// relu_group_norm backward. x is the pre-ReLU input of the forward, dy the gradient of y;
+// dx (shaped like x), dweight and dbias (C entries) are written when non-null (dweight only
+// with a weight).
+struct ReluGroupNormBackwardParams {
+  ScalarKind dtype;
+  GroupNormShape sizes;
+  const void* dy;
+  const void* x;
+  const void* mean;
+  const void* rstd;
+  const void* weight;
+  void* dx;
+  void* dweight;
+  void* dbias;
+};
+
+// group_norm_mean forward: out (N) = mean over (c, *) of group_norm(x); mean, rstd: (N, G);
+// channel_mean: (N, C). With `channels_last`, x is stored (N, HxW, C) (channels innermost:
+// channels_last / channels_last_3d), which only the CUDA kernels read (see
+// group_norm_mean_channels_last_cuda_supported).
+struct GroupNormMeanForwardParams {
+  ScalarKind dtype;
+  GroupNormShape sizes;
+  double eps;
+  bool channels_last;
+  const void* x;
+  const void* weight;
+  const void* bias;
+  void* out;
+  void* mean;
+  void* rstd;
+  void* channel_mean;
+};
+
+// group_norm_mean backward: grad_output has N entries; dx, dweight, dbias as above.
+struct GroupNormMeanBackwardParams {
+  ScalarKind dtype;
+  GroupNormShape sizes;
+  const void* grad_output;
+  const void* x;
+  const void* mean;
+  const void* rstd;
+  const void* channel_mean;
+  const void* weight;
+  void* dx;
+  void* dweight;
+  void* dbias;
+};
+
+// CPU kernels (*_cpu.cpp).
+void relu_group_norm_forward_cpu(const ReluGroupNormForwardParams& p);
+void relu_group_norm_backward_cpu(const ReluGroupNormBackwardParams& p);
+void group_norm_mean_forward_cpu(const GroupNormMeanForwardParams& p);
+void group_norm_mean_backward_cpu(const GroupNormMeanBackwardParams& p);
+
+// CUDA kernels (*_cuda.cu); defined only in builds with CUDA.
+extern const CudaKernel<ReluGroupNormForwardParams> relu_group_norm_forward_cuda;
+extern const CudaKernel<ReluGroupNormBackwardParams> relu_group_norm_backward_cuda;
+extern const CudaKernel<GroupNormMeanForwardParams> group_norm_mean_forward_cuda;
+extern const CudaKernel<GroupNormMeanBackwardParams> group_norm_mean_backward_cuda;
+
+// Whether the CUDA forward reads a channels-last input of C channels of `element_size`-byte
+// elements in place (group_norm_mean_channels_last_cuda.cu).
+bool group_norm_mean_channels_last_cuda_supported(int64_t channels, int64_t element_size);
+
+}  // namespace norm
+}  // namespace fused_ops

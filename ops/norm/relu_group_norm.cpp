@@ -1,0 +1,89 @@
+#include "norm/relu_group_norm.h"
+
+#include "common/checks.h"
+#include "common/run_kernel.h"
+#include "common/tensor_utils.h"
+#include "norm/norm_kernels.h"
+
+namespace fused_ops {
+namespace norm {
+namespace {
+
+constexpr const char* kForwardName = "fused::relu_group_norm";
+constexpr const char* kBackwardName = "fused::relu_group_norm (backward)";
+
+constexpr DeviceKernels<ReluGroupNormForwardParams> kForwardKernels{
+    relu_group_norm_forward_cpu, FUSED_OPS_CUDA_KERNEL(relu_group_norm_forward_cuda)};
+constexpr DeviceKernels<ReluGroupNormBackwardParams> kBackwardKernels{
+    relu_group_norm_backward_cpu, FUSED_OPS_CUDA_KERNEL(relu_group_norm_backward_cuda)};
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward(
+    const at::Tensor& input, int64_t num_groups, const c10::optional<at::Tensor>& weight,
+    const c10::optional<at::Tensor>& bias, double eps) {
+  return relu_group_norm_forward_prechecked(
+      input, check_group_norm_args(kForwardName, input, num_groups, weight, bias, eps), weight,
+      bias, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_prechecked(
+    const at::Tensor& input, const SymGroupNormShape& s,
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps) {
+  at::Tensor y = at::empty_symint(input.sym_sizes(), input.options());
+  at::Tensor mean = empty_stats(input, s.N, s.G);
+  at::Tensor rstd = empty_stats(input, s.N, s.G);
+  if (input.is_meta() || input.numel() == 0) {
+    return {y, mean, rstd};
+  }
+  const at::Tensor x = input.contiguous();
+  const at::Tensor w = contiguous_or_undefined(weight);
+  const at::Tensor b = contiguous_or_undefined(bias);
+  const ReluGroupNormForwardParams params{
+      scalar_kind(x.scalar_type()), concrete(s), eps, x.const_data_ptr(), data_or_null(w),
+      data_or_null(b), y.mutable_data_ptr(), mean.mutable_data_ptr(), rstd.mutable_data_ptr()};
+  run_kernel(kForwardName, x, params, kForwardKernels);
+  return {y, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,
+    const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
+    std::array<bool, 3> output_mask) {
+  const SymGroupNormShape s =
+      check_group_norm_args(kBackwardName, input, num_groups, weight, c10::nullopt, 0.0);
+  check_group_norm_backward_args(kBackwardName, grad_output, input.sym_sizes(), input, s, mean,
+                                 rstd);
+  const at::Tensor w = contiguous_or_undefined(weight);
+  auto [dx, dweight, dbias] = allocate_norm_grads(input, s.C, w.defined(), output_mask);
+  if (input.is_meta() || input.numel() == 0 ||
+      !(dx.defined() || dweight.defined() || dbias.defined())) {
+    return {dx, dweight, dbias};
+  }
+  const at::Tensor x = input.contiguous();
+  const at::Tensor dy = grad_output.contiguous();
+  const at::Tensor mean_c = mean.contiguous();
+  const at::Tensor rstd_c = rstd.contiguous();
+  const ReluGroupNormBackwardParams params{
+      scalar_kind(x.scalar_type()), concrete(s), dy.const_data_ptr(), x.const_data_ptr(),
+      mean_c.const_data_ptr(), rstd_c.const_data_ptr(), data_or_null(w),
+      mutable_data_or_null(dx), mutable_data_or_null(dweight), mutable_data_or_null(dbias)};
+  run_kernel(kBackwardName, x, params, kBackwardKernels);
+  return {dx, dweight, dbias};
+}
+
+std::string relu_group_norm_path(const at::Tensor& input, int64_t num_groups,
+                                 const c10::optional<at::Tensor>& weight,
+                                 const c10::optional<at::Tensor>& bias, double eps) {
+  check_group_norm_args(kForwardName, input, num_groups, weight, bias, eps);
+  return "relu_group_norm";
+}
+
+at::Tensor relu_group_norm(const at::Tensor& input, int64_t num_groups,
+                           const c10::optional<at::Tensor>& weight,
+                           const c10::optional<at::Tensor>& bias, double eps) {
+  return std::get<0>(relu_group_norm_forward(input, num_groups, weight, bias, eps));
+}
+
+}  // namespace norm
+}  // namespace fused_ops

@@ -1,0 +1,53 @@
+// fused::relu_group_norm: y = group_norm(relu(x)), for x of shape (N, C, *).
+//
+// One host function per direction serves every backend (CPU, CUDA and Meta): argument checks
+// (common/checks.h), allocation of the outputs, the empty-input exit, then the kernel of the
+// input's device (norm_kernels.h: relu_group_norm_cpu.cpp, relu_group_norm_cuda.cu). Inputs
+// are made contiguous (which also covers channels_last and other strided inputs); outputs
+// are contiguous.
+//
+// Forward returns (output, mean, rstd); mean and rstd have shape (N, G) and dtype
+// stats_dtype(input), and are the statistics of relu(x) that backward needs.
+// Backward takes the pre-ReLU input (the ReLU mask is recomputed from it) and returns
+// (grad_input, grad_weight, grad_bias), each undefined where output_mask is false.
+#pragma once
+
+#include "common/checks.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <string>
+#include <tuple>
+
+namespace fused_ops {
+namespace norm {
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward(
+    const at::Tensor& input, int64_t num_groups, const c10::optional<at::Tensor>& weight,
+    const c10::optional<at::Tensor>& bias, double eps);
+
+// The same for arguments that the caller (a conv operator) has checked: `shape` is the
+// checked shape of `input`.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_prechecked(
+    const at::Tensor& input, const SymGroupNormShape& shape,
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps);
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,
+    const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
+    std::array<bool, 3> output_mask);
+
+// The path of a call with these arguments ("relu_group_norm": one kernel family for every
+// input), for the debug query fused::_relu_group_norm_path.
+std::string relu_group_norm_path(const at::Tensor& input, int64_t num_groups,
+                                 const c10::optional<at::Tensor>& weight,
+                                 const c10::optional<at::Tensor>& bias, double eps);
+
+// The public operator: the forward's output alone.
+at::Tensor relu_group_norm(const at::Tensor& input, int64_t num_groups,
+                           const c10::optional<at::Tensor>& weight,
+                           const c10::optional<at::Tensor>& bias, double eps);
+
+}  // namespace norm
+}  // namespace fused_ops

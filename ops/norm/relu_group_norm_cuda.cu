@@ -1,0 +1,363 @@
+// CUDA kernels of fused::relu_group_norm: y = group_norm(relu(x)).
+//
+// The input is viewed as (N, C, HxW) with G groups of Cg = C / G channels; group (n, g) is
+// the contiguous run of M = Cg * HxW elements starting at (n * G + g) * M, and row (n, c) the
+// run of HxW elements starting at (n * C + c) * HxW. r = relu(x), NaN kept. The generic
+// kernels and their tiling are described in row_kernels.cuh; sizes below are for the
+// headline case, float input (16, 128, 34, 34, 34), G = 8: M = 628,864, HxW = 39,304.
+//
+// Forward (input read twice, output written once; no floating-point atomics):
+//   1. segment_pair_sums_kernel<ShiftedMomentsOp<relu>>: each group is cut into equal chunks
+//      of ~2048 16-byte vectors (77 chunks here), one 256-thread block per (group, chunk):
+//      grid 128 * 77 = 9,856 blocks. A thread sums d = r - r[first element of its group] and
+//      d^2 in double over its vectors (4 independent 128-bit loads in flight), the block
+//      reduces in a fixed order, and thread 0 writes the chunk's pair to the workspace.
+//      (Groups shorter than 1024 vectors get 2^k <= 32 threads each, several per block.)
+//   2. relu_group_stats_kernel: one warp per (n, g) (128 warps, 16 blocks) adds the group's
+//      chunk pairs in a fixed order (lane-strided, then a butterfly), turns them into mean and
+//      rstd (saved), and folds rstd, weight and bias into scale[n, c] and shift[n, c] for the
+//      group's channels.
+//   3. row_map_kernel<ReluAffineOp>: y = r * scale + shift, one 256-thread block per (row,
+//      tile) of <= 1024 vectors (10 balanced tiles per row: grid 2048 * 10 = 20,480 blocks),
+//      4 x 128-bit loads then 4 x 128-bit stores per thread.
+//   Determinism: every sum has a fixed order that depends only on the shape (the chunking is
+//   a function of (M, dtype), not of the device or of the alignment).
+//
+// Backward (input x and dy read twice, dx written once):
+//   1. segment_pair_sums_kernel<ReluBackwardSumsOp> over rows: per (row, chunk), in double,
+//      ds = sum(dy * r) and db = sum(dy) (HxW = 9,826 vectors: 5 chunks per row, grid 10,240
+//      blocks), then sum_chunk_partials_kernel adds each row's chunks (one warp per row).
+//   2. relu_backward_coefficients_kernel, one warp per (n, g): with w the weight (1 when
+//      absent), ds_w = sum_c ds * w, db_w = sum_c db * w,
+//        c2 = (db_w * mean - ds_w) * rstd^3 / M,  c3 = -c2 * mean - db_w * rstd / M,
+//      and per row the coefficients (c1 = rstd * w[c], c2, c3).
+//   3. row_map_kernel<ReluBackwardInputOp>: dx = x > 0 ? c1 * dy + c2 * x + c3 : 0.
+//   4. affine_param_grads_kernel (row_kernels.cuh), one warp per channel c, over n in a fixed order:
+//        dweight[c] = sum_n (ds - db * mean[n, g]) * rstd[n, g],  dbias[c] = sum_n db.
+//
+// Workspace (float headline): forward 157,696 B of chunk pairs + 16 KB of scale/shift;
+// backward 160 KB of chunk pairs + 32 KB of row sums + 24 KB of coefficients.
+#include "norm/group_norm_math.h"
+#include "norm/norm_kernels.h"
+#include "norm/row_kernels.cuh"
+#include "common/cuda/cuda_kernel.cuh"
+
+#include <type_traits>
+
+namespace fused_ops {
+namespace gpu {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Functors of the generic kernels.
+
+// Backward partial sums over a row: (sum dy * relu(x), sum dy), in0 = x, in1 = dy.
+struct ReluBackwardSumsOp {
+  __device__ __forceinline__ int segment_state(int64_t /*segment*/) const { return 0; }
+  template <typename acc_t>
+  __device__ __forceinline__ void accumulate(int /*state*/, acc_t x, acc_t dy, double& s0,
+                                             double& s1) const {
+    const double g = static_cast<double>(dy);
+    s0 = fma(g, static_cast<double>(relu_keep_nan(x)), s0);
+    s1 += g;
+  }
+};
+
+// y = relu(x) * scale[row] + shift[row]; scale_shift holds (scale, shift) per row.
+template <typename acc_t>
+struct ReluAffineOp {
+  const acc_t* scale_shift;
+  struct Params {
+    acc_t scale;
+    acc_t shift;
+  };
+  __device__ __forceinline__ Params row_params(int64_t row) const {
+    return Params{scale_shift[2 * row], scale_shift[2 * row + 1]};
+  }
+  __device__ __forceinline__ acc_t operator()(const Params& p, acc_t x, acc_t /*unused*/) const {
+    return relu_keep_nan(x) * p.scale + p.shift;
+  }
+};
+
+// dx = x > 0 ? c1 * dy + c2 * x + c3 : 0 (NaN x gives 0, as on the CPU); coefficients holds
+// (c1, c2, c3) per row. in0 = x, in1 = dy.
+template <typename acc_t>
+struct ReluBackwardInputOp {
+  const acc_t* coefficients;
+  struct Params {
+    acc_t c1;
+    acc_t c2;
+    acc_t c3;
+  };
+  __device__ __forceinline__ Params row_params(int64_t row) const {
+    return Params{coefficients[3 * row], coefficients[3 * row + 1], coefficients[3 * row + 2]};
+  }
+  __device__ __forceinline__ acc_t operator()(const Params& p, acc_t x, acc_t dy) const {
+    const acc_t dr = p.c1 * dy + p.c2 * x + p.c3;
+    return x > acc_t(0) ? dr : acc_t(0);
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Per-(n, g) and per-channel kernels (one warp per item, kWarpsPerBlock items per block).
+
+// Forward, step 2. partials: chunks pairs (shifted sum, shifted sum of squares) per group.
+template <typename T, typename S>
+__global__ void __launch_bounds__(kThreads)
+    relu_group_stats_kernel(const T* __restrict__ x, const T* __restrict__ weight,
+                            const T* __restrict__ bias, const double2* __restrict__ partials,
+                            int64_t chunks, int64_t num_groups_total, int64_t G, int64_t Cg,
+                            int64_t group_size, double eps, S* __restrict__ mean_out,
+                            S* __restrict__ rstd_out, S* __restrict__ scale_shift) {
+  const int64_t ng = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (ng >= num_groups_total) {
+    return;  // whole warps only
+  }
+  const double2 sums = warp_sum_pairs(partials + ng * chunks, chunks, lane);
+
+  // The shift the partials were taken around (ShiftedMomentsOp: first element of the group).
+  const double shift = relu_keep_nan(ScalarOps<T>::to_double(x[ng * group_size]));
+  const double count = static_cast<double>(group_size);
+  const norm::Moments m = norm::moments_from_shifted_sums(shift, sums.x, sums.y, count);
+  const double rstd = norm::rstd_from_m2(m.m2, count, eps);
+  if (lane == 0) {
+    mean_out[ng] = static_cast<S>(m.mean);
+    rstd_out[ng] = static_cast<S>(rstd);
+  }
+  const int64_t g = ng % G;
+  for (int64_t k = lane; k < Cg; k += kWarpSize) {
+    const int64_t c = g * Cg + k;
+    const int64_t row = ng * Cg + k;
+    const double w = weight != nullptr ? ScalarOps<T>::to_double(weight[c]) : 1.0;
+    const double b = bias != nullptr ? ScalarOps<T>::to_double(bias[c]) : 0.0;
+    const norm::ScaleShift a = norm::fold_affine(m.mean, rstd, w, b);
+    scale_shift[2 * row] = static_cast<S>(a.scale);
+    scale_shift[2 * row + 1] = static_cast<S>(a.shift);
+  }
+}
+
+// Backward, step 2. row_sums: (ds, db) per row.
+template <typename T, typename S>
+__global__ void __launch_bounds__(kThreads)
+    relu_backward_coefficients_kernel(const double2* __restrict__ row_sums,
+                                      const S* __restrict__ mean, const S* __restrict__ rstd,
+                                      const T* __restrict__ weight, int64_t num_groups_total,
+                                      int64_t G, int64_t Cg, int64_t group_size,
+                                      S* __restrict__ coefficients) {
+  const int64_t ng = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (ng >= num_groups_total) {
+    return;  // whole warps only
+  }
+  const int64_t g = ng % G;
+  double ds_w = 0.0;
+  double db_w = 0.0;
+  for (int64_t k = lane; k < Cg; k += kWarpSize) {
+    const double w = weight != nullptr ? ScalarOps<T>::to_double(weight[g * Cg + k]) : 1.0;
+    const double2 sums = row_sums[ng * Cg + k];
+    ds_w += sums.x * w;
+    db_w += sums.y * w;
+  }
+  ds_w = warp_allreduce_sum(ds_w);
+  db_w = warp_allreduce_sum(db_w);
+  const double rs = static_cast<double>(rstd[ng]);
+  const norm::BackwardCoefficients coef = norm::backward_coefficients(
+      ds_w, db_w, static_cast<double>(mean[ng]), rs, static_cast<double>(group_size));
+  for (int64_t k = lane; k < Cg; k += kWarpSize) {
+    const double w = weight != nullptr ? ScalarOps<T>::to_double(weight[g * Cg + k]) : 1.0;
+    const int64_t row = ng * Cg + k;
+    coefficients[3 * row] = static_cast<S>(rs * w);
+    coefficients[3 * row + 1] = static_cast<S>(coef.c2);
+    coefficients[3 * row + 2] = static_cast<S>(coef.c3);
+  }
+}
+
+// Backward, step 4: the per-(n, c) sums of affine_param_grads_kernel, (ds, db) per row.
+struct RowSums {
+  const double2* row_sums;
+  __device__ __forceinline__ double2 operator()(int64_t n, int64_t c) const {
+    return row_sums[n * C + c];
+  }
+  int64_t C;
+};
+
+
+// ---------------------------------------------------------------------------------------
+// Workspace layouts (one function sizes and carves, so the two always agree).
+
+template <typename T, typename S>
+struct ForwardWorkspace {
+  ReducePlan plan;
+  double2* partials;  // N * G * chunks
+  S* scale_shift;     // 2 * N * C
+  size_t bytes;
+};
+
+template <typename T, typename S>
+ForwardWorkspace<T, S> forward_workspace(void* base, int64_t N, int64_t C, int64_t G,
+                                         int64_t HxW) {
+  ForwardWorkspace<T, S> ws;
+  WorkspaceCarver carver(base);
+  ws.plan = make_reduce_plan((C / G) * HxW, ScalarOps<T>::kVecElems);
+  ws.partials = carver.take<double2>(N * G * ws.plan.chunks_per_segment);
+  ws.scale_shift = carver.take<S>(2 * N * C);
+  ws.bytes = carver.bytes();
+  return ws;
+}
+
+template <typename T, typename S>
+struct BackwardWorkspace {
+  ReducePlan plan;
+  double2* partials;  // N * C * chunks
+  double2* row_sums;  // N * C (used when chunks > 1)
+  S* coefficients;    // 3 * N * C
+  size_t bytes;
+};
+
+template <typename T, typename S>
+BackwardWorkspace<T, S> backward_workspace(void* base, int64_t N, int64_t C, int64_t HxW) {
+  BackwardWorkspace<T, S> ws;
+  WorkspaceCarver carver(base);
+  ws.plan = make_reduce_plan(HxW, ScalarOps<T>::kVecElems);
+  ws.partials = carver.take<double2>(N * C * ws.plan.chunks_per_segment);
+  ws.row_sums = carver.take<double2>(ws.plan.chunks_per_segment > 1 ? N * C : 0);
+  ws.coefficients = carver.take<S>(3 * N * C);
+  ws.bytes = carver.bytes();
+  return ws;
+}
+
+// ---------------------------------------------------------------------------------------
+// Launchers.
+
+template <typename scalar_t>
+cudaError_t launch_forward(const norm::ReluGroupNormForwardParams& p, void* workspace,
+                           cudaStream_t stream) {
+  using acc_t = typename ScalarOps<scalar_t>::acc_t;  // also the statistics' type
+  constexpr int kNatural = ScalarOps<scalar_t>::kVecElems;
+  const auto* x = static_cast<const scalar_t*>(p.x);
+  auto* y = static_cast<scalar_t*>(p.y);
+  const int64_t N = p.sizes.N, C = p.sizes.C, G = p.sizes.G, HxW = p.sizes.HxW;
+  const int64_t Cg = C / G;
+  const int64_t group_size = Cg * HxW;
+  const int64_t num_groups_total = N * G;
+  const ForwardWorkspace<scalar_t, acc_t> ws =
+      forward_workspace<scalar_t, acc_t>(workspace, N, C, G, HxW);
+
+  // 1. Chunk partials of the shifted moments of relu(x), per group.
+  const bool vectorized_stats = group_size % kNatural == 0 && is_aligned_16(x);
+  FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_segment_pair_sums<scalar_t, /*kTwoInputs=*/false>(
+      x, nullptr, ws.partials, num_groups_total, group_size, ws.plan, vectorized_stats,
+      ShiftedMomentsOp<scalar_t, /*kRelu=*/true>{x, 1, group_size}, stream)));
+
+  // 2. mean, rstd, and per-row scale/shift.
+  const int64_t stats_blocks = blocks_for_warp_items(num_groups_total);
+  if (!grid_fits(stats_blocks)) {
+    return cudaErrorInvalidConfiguration;
+  }
+  relu_group_stats_kernel<scalar_t, acc_t>
+      <<<static_cast<unsigned>(stats_blocks), kThreads, 0, stream>>>(
+          x, static_cast<const scalar_t*>(p.weight), static_cast<const scalar_t*>(p.bias),
+          ws.partials, ws.plan.chunks_per_segment, num_groups_total, G, Cg, group_size, p.eps,
+          static_cast<acc_t*>(p.mean), static_cast<acc_t*>(p.rstd), ws.scale_shift);
+  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+
+  // 3. y = relu(x) * scale + shift.
+  const bool vectorized_map = HxW % kNatural == 0 && is_aligned_16(x) && is_aligned_16(y);
+  return launch_row_map<scalar_t, /*kTwoInputs=*/false>(x, nullptr, y, N * C, HxW,
+                                                        vectorized_map,
+                                                        ReluAffineOp<acc_t>{ws.scale_shift},
+                                                        stream);
+}
+
+template <typename scalar_t>
+cudaError_t launch_backward(const norm::ReluGroupNormBackwardParams& p, void* workspace,
+                            cudaStream_t stream) {
+  using acc_t = typename ScalarOps<scalar_t>::acc_t;  // also the statistics' type
+  constexpr int kNatural = ScalarOps<scalar_t>::kVecElems;
+  const auto* x = static_cast<const scalar_t*>(p.x);
+  const auto* dy = static_cast<const scalar_t*>(p.dy);
+  const auto* weight = static_cast<const scalar_t*>(p.weight);
+  const auto* mean = static_cast<const acc_t*>(p.mean);
+  const auto* rstd = static_cast<const acc_t*>(p.rstd);
+  auto* dx = static_cast<scalar_t*>(p.dx);
+  // No weight, no weight gradient (the host leaves it undefined).
+  auto* dweight = weight != nullptr ? static_cast<scalar_t*>(p.dweight) : nullptr;
+  auto* dbias = static_cast<scalar_t*>(p.dbias);
+  if (dx == nullptr && dweight == nullptr && dbias == nullptr) {
+    return cudaSuccess;
+  }
+  const int64_t N = p.sizes.N, C = p.sizes.C, G = p.sizes.G, HxW = p.sizes.HxW;
+  const int64_t Cg = C / G;
+  const int64_t rows = N * C;
+  const BackwardWorkspace<scalar_t, acc_t> ws =
+      backward_workspace<scalar_t, acc_t>(workspace, N, C, HxW);
+
+  // 1. Per-row ds = sum(dy * relu(x)), db = sum(dy).
+  const bool vectorized_sums = HxW % kNatural == 0 && is_aligned_16(x) && is_aligned_16(dy);
+  FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_segment_pair_sums<scalar_t, /*kTwoInputs=*/true>(
+      x, dy, ws.partials, rows, HxW, ws.plan, vectorized_sums, ReluBackwardSumsOp{}, stream)));
+  const double2* row_sums = nullptr;
+  FUSED_OPS_RETURN_IF_CUDA_ERROR(reduce_chunk_partials(
+      ws.partials, ws.plan.chunks_per_segment, rows, ws.row_sums, &row_sums, stream));
+
+  if (dx != nullptr) {
+    // 2. Per-row coefficients, 3. dx.
+    const int64_t coefficient_blocks = blocks_for_warp_items(N * G);
+    if (!grid_fits(coefficient_blocks)) {
+      return cudaErrorInvalidConfiguration;
+    }
+    relu_backward_coefficients_kernel<scalar_t, acc_t>
+        <<<static_cast<unsigned>(coefficient_blocks), kThreads, 0, stream>>>(
+            row_sums, mean, rstd, weight, N * G, G, Cg, Cg * HxW, ws.coefficients);
+    FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+    const bool vectorized_map =
+        HxW % kNatural == 0 && is_aligned_16(x) && is_aligned_16(dy) && is_aligned_16(dx);
+    FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_row_map<scalar_t, /*kTwoInputs=*/true>(
+        x, dy, dx, rows, HxW, vectorized_map, ReluBackwardInputOp<acc_t>{ws.coefficients},
+        stream)));
+  }
+
+  // 4. dweight, dbias.
+  return launch_affine_param_grads<scalar_t, acc_t>(RowSums{row_sums, C}, mean, rstd, N, C, G,
+                                                    dweight, dbias, stream);
+}
+
+template <typename T>
+struct ForwardFamily {
+  static size_t workspace_bytes(const norm::ReluGroupNormForwardParams& p) {
+    return forward_workspace<T, typename ScalarOps<T>::acc_t>(nullptr, p.sizes.N, p.sizes.C, p.sizes.G,
+                                                         p.sizes.HxW)
+        .bytes;
+  }
+  static cudaError_t launch(const norm::ReluGroupNormForwardParams& p, void* workspace,
+                            cudaStream_t stream) {
+    return launch_forward<T>(p, workspace, stream);
+  }
+};
+
+template <typename T>
+struct BackwardFamily {
+  static size_t workspace_bytes(const norm::ReluGroupNormBackwardParams& p) {
+    return backward_workspace<T, typename ScalarOps<T>::acc_t>(nullptr, p.sizes.N, p.sizes.C,
+                                                          p.sizes.HxW)
+        .bytes;
+  }
+  static cudaError_t launch(const norm::ReluGroupNormBackwardParams& p, void* workspace,
+                            cudaStream_t stream) {
+    return launch_backward<T>(p, workspace, stream);
+  }
+};
+
+}  // namespace
+}  // namespace gpu
+
+namespace norm {
+
+const CudaKernel<ReluGroupNormForwardParams> relu_group_norm_forward_cuda =
+    gpu::make_cuda_kernel<ReluGroupNormForwardParams, gpu::ForwardFamily>();
+const CudaKernel<ReluGroupNormBackwardParams> relu_group_norm_backward_cuda =
+    gpu::make_cuda_kernel<ReluGroupNormBackwardParams, gpu::BackwardFamily>();
+
+}  // namespace norm
+}  // namespace fused_ops

@@ -1,0 +1,203 @@
+"""The numerics contract of the drop-in modules, under PyTorch's default flags and with TF32 off.
+
+A drop-in is never less accurate than the module it replaces under the same flags: its
+relative L2 error against a float64 run of the original is at most twice eager's (plus a
+floor of a few units of the dtype's rounding, for errors that are pure output rounding), for
+the output and every gradient. Where eager itself is float32-accurate (Conv3dGroupNormMean,
+whose cuDNN kernel for few input channels does not use TF32, in both modes; and every
+module with TF32 off) the drop-in also passes ``allclose(new(x), original(x), atol=rtol=1e-5)``.
+
+Each test sets the mode it runs in ("default": ``torch.backends.cudnn.allow_tf32 = True``,
+what PyTorch does unless told otherwise; "tf32_off"). Inputs come from ``torch.rand`` (what
+users of these models pass: non-negative inputs give the conv output a common offset that
+exposes cancellation and TF32 rounding) and ``torch.randn``; GroupNorm affine and conv bias
+are always random.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fused_ops
+from fused_ops import reference, testing
+from helpers import conv3d_args, conv_transpose_args, norm_args, requires_cuda
+
+# (original class name, __init__ arguments, input shape)
+CASES = {
+    "convT_8to16_k3_G4": ("ConvTranspose3dReLUGroupNorm",
+                          dict(in_channels=8, out_channels=16, kernel_size=3, groups=4),
+                          (2, 8, 6, 7, 5)),
+    "convT_6to12_k2_G3_bias": ("ConvTranspose3dReLUGroupNorm",
+                               dict(in_channels=6, out_channels=12, kernel_size=2, groups=3,
+                                    bias=True), (1, 6, 5, 3, 7)),
+    "convT_32to64_k3_G8": ("ConvTranspose3dReLUGroupNorm",
+                           dict(in_channels=32, out_channels=64, kernel_size=3, groups=8),
+                           (2, 32, 8, 8, 8)),
+    "conv3d_3to24_k3_G8": ("Conv3dGroupNormMean",
+                           dict(in_channels=3, out_channels=24, kernel_size=3, num_groups=8),
+                           (4, 3, 8, 9, 10)),
+    "conv3d_3to24_k3_G8_headline_like": ("Conv3dGroupNormMean",
+                                         dict(in_channels=3, out_channels=24, kernel_size=3,
+                                              num_groups=8), (8, 3, 24, 32, 32)),
+    "conv3d_16to32_k3_G8": ("Conv3dGroupNormMean",
+                            dict(in_channels=16, out_channels=32, kernel_size=3, num_groups=8),
+                            (4, 16, 10, 10, 10)),
+    "conv3d_4to6_k312_G2": ("Conv3dGroupNormMean",
+                            dict(in_channels=4, out_channels=6, kernel_size=(3, 1, 2),
+                                 num_groups=2), (3, 4, 5, 6, 7)),
+}
+HEADLINE = {w["model"].__name__: (w["model"].__name__, dict(w["init"]), w["input_shape"])
+            for w in reference.WORKLOADS.values()}
+
+MODES = {"default": True, "tf32_off": False}
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+          "bfloat16": torch.bfloat16}
+# Errors below this (relative L2) are output rounding, whatever eager happens to reach. In
+# float64 the original *is* the reference (its error is 0): the drop-in must then be
+# float64-accurate, to 1e-10 (the tolerance of the other float64 tests).
+ERROR_FLOOR = {torch.float32: 2e-7, torch.float64: 1e-10, torch.float16: 1e-3,
+               torch.bfloat16: 8e-3}
+
+
+def _pair(cls_name, init, device, dtype):
+    original = testing.randomise_(getattr(reference, cls_name)(**init))
+    fused = getattr(fused_ops, cls_name)(**init)
+    fused.load_state_dict(original.state_dict())
+    return original.to(device=device, dtype=dtype), fused.to(device=device, dtype=dtype)
+
+
+def _compare(case, device, dtype, mode, dist, grad):
+    cls_name, init, shape = case
+    original, fused = _pair(cls_name, init, device, dtype)
+    x = (torch.rand if dist == "rand" else torch.randn)(shape, device=device).to(dtype)
+    torch.backends.cudnn.allow_tf32 = MODES[mode]
+    return testing.compare_with_original(original, fused, x, grad=grad)
+
+
+def _ratio_failures(report, dtype):
+    failures = []
+    for what, e in report.items():
+        line = (f"{what}: fused error {e.fused_error:.3e}, eager {e.eager_error:.3e} "
+                f"(ratio {min(e.ratio, 1e9):.2f})")
+        print(line)
+        if not e.fused_error <= 2.0 * e.eager_error + ERROR_FLOOR[dtype]:
+            failures.append(line)
+    return failures
+
+
+@pytest.mark.parametrize("dist", ["rand", "randn"])
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("case", list(CASES))
+def test_error_at_most_twice_eager(device, case, dtype, mode, dist):
+    """Output (and, in float32/float64, every gradient) vs float64: fused <= 2x eager."""
+    dtype = DTYPES[dtype]
+    if device == "cpu" and mode != "default":
+        pytest.skip("the TF32 flag only changes CUDA convolutions")
+    if device == "cpu" and dtype in (torch.float16, torch.bfloat16) and \
+            CASES[case][2][0] * CASES[case][2][2] > 100:
+        pytest.skip("half-precision convolutions on the CPU are slow; small cases cover them")
+    grad = dtype in (torch.float32, torch.float64)
+    report = _compare(CASES[case], device, dtype, mode, dist, grad)
+    failures = _ratio_failures(report, dtype)
+    assert not failures, "\n".join(failures)
+
+
+# Conv3dGroupNormMean keeps float32 products in both modes; with TF32 off every drop-in is
+# float32. (ConvTranspose3dReLUGroupNorm with TF32 allowed rounds as eager does: the 2x test.)
+ALLCLOSE_CASES = [
+    pytest.param(case, mode, id=f"{case}-{mode}")
+    for case, (cls_name, _, _) in CASES.items()
+    for mode in MODES
+    if mode == "tf32_off" or cls_name == "Conv3dGroupNormMean"
+]
+# Relative error of an output computed with float32 products (~1e-7); eager above this has
+# rounded its products to TF32 (cuDNN may, with TF32 allowed).
+FLOAT32_ACCURATE = 1e-6
+
+
+@pytest.mark.parametrize("dist", ["rand", "randn"])
+@pytest.mark.parametrize("case,mode", ALLCLOSE_CASES)
+def test_allclose_to_original(device, case, mode, dist):
+    """allclose(new(x), original(x), atol=rtol=1e-5) in float32 wherever eager is
+    float32-accurate (the drop-in contract); where cuDNN rounded eager's products to TF32
+    instead (e.g. Conv3d with 4 input channels), the drop-in is the more accurate of the two."""
+    report = _compare(CASES[case], device, torch.float32, mode, dist, grad=False)
+    e = report["output"]
+    summary = (f"max |fused - eager| = {e.max_abs_diff:.3e}; errors vs float64: fused "
+               f"{e.fused_error:.3e}, eager {e.eager_error:.3e}")
+    print(summary)
+    if e.eager_error > FLOAT32_ACCURATE:
+        assert mode == "default" and e.fused_error < e.eager_error, summary
+    else:
+        assert e.allclose_1e5, summary
+
+
+@requires_cuda
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("name", list(HEADLINE))
+def test_headline_contract(name, mode):
+    """The headline sizes on the GPU, torch.rand input, float32: forward and every gradient
+    within 2x eager's error against float64; Conv3dGroupNormMean's output allclose to eager
+    at 1e-5 in both modes (ConvTranspose3dReLUGroupNorm's with TF32 off: test_modules.py)."""
+    report = _compare(HEADLINE[name], "cuda", torch.float32, mode, "rand", grad=True)
+    failures = _ratio_failures(report, torch.float32)
+    if name == "Conv3dGroupNormMean" and not report["output"].allclose_1e5:
+        failures.append(f"output not allclose to eager: max |diff| "
+                        f"{report['output'].max_abs_diff:.3e}")
+    assert not failures, "\n".join(failures)
+
+
+# ---------------------------------------------------------------------------------------
+# Which kernels run (fused_ops.dispatch_path): the precision policy above, as a query
+
+
+def _path(op, args, mode):
+    torch.backends.cudnn.allow_tf32 = MODES[mode]
+    return fused_ops.dispatch_path(op, *args)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_dispatch_path_cpu(mode):
+    """On the CPU every convolution is ATen's, as eager's (TF32 does not apply)."""
+    assert _path("conv3d_group_norm_mean", conv3d_args((2, 3, 6, 7, 8), 24, 3, 8), mode) == \
+        "aten -> group_norm_mean"
+    assert _path("conv_transpose3d_relu_group_norm",
+                 conv_transpose_args((2, 8, 5, 6, 7), 16, 3, 4, conv_bias=False), mode) == \
+        "aten -> relu_group_norm"
+    assert _path("relu_group_norm", norm_args((2, 8, 5, 6), 4), mode) == "relu_group_norm"
+    assert _path("group_norm_mean", norm_args((2, 8, 5, 6), 4), mode) == "group_norm_mean"
+
+
+@requires_cuda
+@pytest.mark.parametrize("mode", list(MODES))
+def test_dispatch_path_cuda(mode):
+    tf32 = MODES[mode]
+    conv3d = conv3d_args((2, 3, 6, 7, 8), 24, 3, 8, device="cuda")
+    # float32 products in both modes (eager's NCDHW kernel for few channels is float32 too).
+    assert _path("conv3d_group_norm_mean", conv3d, mode) == "aten_float32 -> group_norm_mean"
+    cl = list(conv3d)
+    cl[0] = conv3d[0].detach().to(memory_format=torch.channels_last_3d)
+    assert _path("conv3d_group_norm_mean", cl, mode) == \
+        "aten_float32 -> group_norm_mean_channels_last"
+    half = conv3d_args((2, 3, 6, 7, 8), 24, 3, 8, device="cuda", dtype=torch.float16)
+    assert _path("conv3d_group_norm_mean", half, mode) == "aten -> group_norm_mean"
+    # The transposed-as-forward rewrite: with float32 only where eager's transposed kernel is
+    # TF32 too (3x3x3, stride 1, no padding, one group) and TF32 is allowed; always in half.
+    k3 = conv_transpose_args((2, 8, 5, 6, 7), 16, 3, 4, conv_bias=False, device="cuda")
+    assert _path("conv_transpose3d_relu_group_norm", k3, mode) == \
+        ("transposed_as_forward" if tf32 else "aten") + " -> relu_group_norm"
+    k2 = conv_transpose_args((1, 6, 5, 3, 7), 12, 2, 3, device="cuda")
+    assert _path("conv_transpose3d_relu_group_norm", k2, mode) == "aten -> relu_group_norm"
+    k2_half = conv_transpose_args((1, 6, 5, 3, 7), 12, 2, 3, device="cuda", dtype=torch.float16)
+    assert _path("conv_transpose3d_relu_group_norm", k2_half, mode) == \
+        "transposed_as_forward -> relu_group_norm"
+    strided = conv_transpose_args((1, 4, 3, 4, 5), 6, 3, 3, stride=2, device="cuda")
+    assert _path("conv_transpose3d_relu_group_norm", strided, mode) == "aten -> relu_group_norm"
+    # group_norm_mean reads channels-last in place when C is a multiple of the 16-byte vector.
+    x8 = norm_args((2, 8, 5, 6, 7), 4, device="cuda")
+    x8[0] = x8[0].detach().to(memory_format=torch.channels_last_3d)
+    assert _path("group_norm_mean", x8, mode) == "group_norm_mean_channels_last"
+    x6 = norm_args((2, 6, 5, 6, 7), 3, device="cuda")
+    x6[0] = x6[0].detach().to(memory_format=torch.channels_last_3d)
+    assert _path("group_norm_mean", x6, mode) == "group_norm_mean"
