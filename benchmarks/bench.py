@@ -4,7 +4,8 @@
 Workloads (headline sizes of shared/reference/models.py):
   relu_group_norm                   F.group_norm(F.relu(x)) on (16,128,34,34,34), G=8
   group_norm_mean                   F.group_norm(x).mean(dim=[1,2,3,4]) on (128,24,22,30,30), G=8
-  conv_transpose3d_relu_group_norm  ConvTranspose3d(64->128,k=3) -> ReLU -> GroupNorm(8), x (16,64,32,32,32)
+  conv_transpose3d_relu_group_norm  ConvTranspose3d(64->128,k=3) -> ReLU -> GroupNorm(8),
+                                    x (16,64,32,32,32)
   conv3d_group_norm_mean            Conv3d(3->24,k=3) -> GroupNorm(8) -> mean, x (128,3,24,32,32)
 
 Implementations: eager (the original module / composite), compile (torch.compile, mode default),
@@ -14,6 +15,7 @@ sum(out * g) for a fixed random g, w.r.t. the input and every parameter).
 
 Run `python3 benchmarks/bench.py --help`; see benchmarks/README.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -107,8 +109,9 @@ def load_fused(lib_arg):
     info = {
         "source": "fused_ops package",
         "library": fused_ops.library_path,
-        "has_cuda_kernels": bool(torch._C._dispatch_has_kernel_for_dispatch_key(
-            "fused::relu_group_norm", "CUDA")),
+        "has_cuda_kernels": bool(
+            torch._C._dispatch_has_kernel_for_dispatch_key("fused::relu_group_norm", "CUDA")
+        ),
     }
     refs = (reference.ConvTranspose3dReLUGroupNorm, reference.Conv3dGroupNormMean)
     fused = (fused_ops.ConvTranspose3dReLUGroupNorm, fused_ops.Conv3dGroupNormMean)
@@ -146,49 +149,64 @@ def make_workloads(quick, refs, fused):
 
     k = ct_init["kernel_size"]
     n, cin, d, h, w = ct_in
-    ct_flops = 2 * n * cin * ct_init["out_channels"] * k ** 3 * d * h * w
+    ct_flops = 2 * n * cin * ct_init["out_channels"] * k**3 * d * h * w
     k3 = c3_init["kernel_size"]
     n3, cin3, d3, h3, w3 = c3_in
     do, ho, wo = d3 - k3 + 1, h3 - k3 + 1, w3 - k3 + 1
-    c3_flops = 2 * n3 * c3_init["out_channels"] * cin3 * k3 ** 3 * do * ho * wo
+    c3_flops = 2 * n3 * c3_init["out_channels"] * cin3 * k3**3 * do * ho * wo
 
     return {
         "relu_group_norm": dict(
-            kind="norm", input_shape=rgn_shape, input_dist="randn",
+            kind="norm",
+            input_shape=rgn_shape,
+            input_dist="randn",
             make_ref=lambda: ReLUGroupNormRef(rgn_shape[1], 8),
             make_fused=lambda: ReLUGroupNormFused(rgn_shape[1], 8),
             # fwd: x read twice (stats, normalise) + y written; bwd: x and dy read twice
             # (reductions, then dx) + dx written.
             bytes={"fwd": 3 * numel(rgn_shape) * 4, "fwdbwd": 8 * numel(rgn_shape) * 4},
-            flops=None),
+            flops=None,
+        ),
         "group_norm_mean": dict(
-            kind="norm", input_shape=gnm_shape, input_dist="randn",
+            kind="norm",
+            input_shape=gnm_shape,
+            input_dist="randn",
             make_ref=lambda: GroupNormMeanRef(gnm_shape[1], 8),
             make_fused=lambda: GroupNormMeanFused(gnm_shape[1], 8),
             # fwd: x read once; bwd: x read once + dx written (dx is affine in x per group).
             bytes={"fwd": numel(gnm_shape) * 4, "fwdbwd": 3 * numel(gnm_shape) * 4},
-            flops=None),
+            flops=None,
+        ),
         "conv_transpose3d_relu_group_norm": dict(
-            kind="model", input_shape=ct_in, input_dist="rand",
+            kind="model",
+            input_shape=ct_in,
+            input_dist="rand",
             make_ref=lambda: ref_ct(**ct_init),
             make_fused=lambda: fused_ct(**ct_init),
             bytes=None,
             # fwd+bwd: grad-input and grad-weight convolutions cost as much as the forward.
-            flops={"fwd": ct_flops, "fwdbwd": 3 * ct_flops}),
+            flops={"fwd": ct_flops, "fwdbwd": 3 * ct_flops},
+        ),
         "conv3d_group_norm_mean": dict(
-            kind="model", input_shape=c3_in, input_dist="rand",
+            kind="model",
+            input_shape=c3_in,
+            input_dist="rand",
             make_ref=lambda: ref_c3(**c3_init),
             make_fused=lambda: fused_c3(**c3_init),
             bytes=None,
-            flops={"fwd": c3_flops, "fwdbwd": 3 * c3_flops}),
+            flops={"fwd": c3_flops, "fwdbwd": 3 * c3_flops},
+        ),
     }
 
 
 WORKLOAD_ALIASES = {
-    "rgn": "relu_group_norm", "relu": "relu_group_norm",
+    "rgn": "relu_group_norm",
+    "relu": "relu_group_norm",
     "gnm": "group_norm_mean",
-    "ct": "conv_transpose3d_relu_group_norm", "convt": "conv_transpose3d_relu_group_norm",
-    "c3": "conv3d_group_norm_mean", "conv3d": "conv3d_group_norm_mean",
+    "ct": "conv_transpose3d_relu_group_norm",
+    "convt": "conv_transpose3d_relu_group_norm",
+    "c3": "conv3d_group_norm_mean",
+    "conv3d": "conv3d_group_norm_mean",
 }
 
 
@@ -265,8 +283,10 @@ def time_fn(fn, inputs, device, iters, warmup, target_s, min_iters):
     n = int(max(min_iters, min(iters, target_s / max(est, 1e-6))))
     times = []
     if device.type == "cuda":
-        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(n)]
+        ev = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(n)
+        ]
         for i in range(n):
             ev[i][0].record()
             fn(inputs[i % nin])
@@ -279,8 +299,15 @@ def time_fn(fn, inputs, device, iters, warmup, target_s, min_iters):
             fn(inputs[i % nin])
             times.append((time.perf_counter() - t) * 1e3)
     st = sorted(times)
-    return dict(median_ms=quantile(st, 0.5), p10_ms=quantile(st, 0.1), p90_ms=quantile(st, 0.9),
-                mean_ms=sum(st) / len(st), min_ms=st[0], n_iters=n, n_inputs=nin)
+    return dict(
+        median_ms=quantile(st, 0.5),
+        p10_ms=quantile(st, 0.1),
+        p90_ms=quantile(st, 0.9),
+        mean_ms=sum(st) / len(st),
+        min_ms=st[0],
+        n_iters=n,
+        n_inputs=nin,
+    )
 
 
 class CompileTimeout(Exception):
@@ -345,8 +372,15 @@ def measure_ceilings(device, quick):
                 nelem //= 2
         src = torch.randn(nelem, device=device)
         dst = torch.empty_like(src)
-        t = time_fn(lambda s: dst.copy_(s), [src], device, iters=20, warmup=3, target_s=1.0,
-                    min_iters=5)
+        t = time_fn(
+            lambda s, dst=dst: dst.copy_(s),
+            [src],
+            device,
+            iters=20,
+            warmup=3,
+            target_s=1.0,
+            min_iters=5,
+        )
         res["copy_bytes"] = 2 * nelem * 4
         res["copy_ms"] = t["median_ms"]
         res["copy_GBps"] = 2 * nelem * 4 / (t["median_ms"] * 1e-3) / 1e9
@@ -361,10 +395,17 @@ def measure_ceilings(device, quick):
         res["matmul_size"] = size
         for label, flag in (("tf32", True), ("fp32", False)):
             set_tf32(flag)
-            t = time_fn(lambda x: torch.mm(x, b), [a], device, iters=20, warmup=2, target_s=1.0,
-                        min_iters=3)
+            t = time_fn(
+                lambda x, b=b: torch.mm(x, b),
+                [a],
+                device,
+                iters=20,
+                warmup=2,
+                target_s=1.0,
+                min_iters=3,
+            )
             res[f"matmul_{label}_ms"] = t["median_ms"]
-            res[f"matmul_{label}_TFLOPs"] = 2 * size ** 3 / (t["median_ms"] * 1e-3) / 1e12
+            res[f"matmul_{label}_TFLOPs"] = 2 * size**3 / (t["median_ms"] * 1e-3) / 1e12
         del a, b
     except Exception as e:  # noqa: BLE001
         res["matmul_error"] = f"{type(e).__name__}: {e}"
@@ -380,8 +421,10 @@ def errors_vs(out, ref):
     out = out.detach().to(torch.float64)
     ref = ref.to(out.device)
     diff = out - ref
-    return dict(max_abs_err=float(diff.abs().max()),
-                rel_l2_err=float(diff.norm() / ref.norm().clamp_min(1e-300)))
+    return dict(
+        max_abs_err=float(diff.abs().max()),
+        rel_l2_err=float(diff.norm() / ref.norm().clamp_min(1e-300)),
+    )
 
 
 class Runner:
@@ -438,8 +481,9 @@ class Runner:
                 tfl = spec["flops"][mode] / (ms * 1e-3) / 1e12
                 entry["flops"] = spec["flops"][mode]
                 entry["TFLOPs"] = tfl
-                ceil = self.ceilings.get("matmul_tf32_TFLOPs" if tf32 == "on"
-                                         else "matmul_fp32_TFLOPs")
+                ceil = self.ceilings.get(
+                    "matmul_tf32_TFLOPs" if tf32 == "on" else "matmul_fp32_TFLOPs"
+                )
                 if ceil:
                     entry["pct_matmul"] = 100 * tfl / ceil
         self.results[(name, mode, tf32, impl)] = entry
@@ -450,12 +494,17 @@ class Runner:
                 extra = f"  relL2={entry['rel_l2_err']:.2e} maxabs={entry['max_abs_err']:.2e}"
             if "compile_s" in entry:
                 extra += f"  compile={entry['compile_s']:.1f}s"
-            log(f"  [{self.elapsed():6.1f}s] {name:34s} {mode:6s} tf32={tf32:3s} {impl:8s} "
-                f"{entry['median_ms']:9.3f} ms (p10 {entry['p10_ms']:.3f}, p90 {entry['p90_ms']:.3f},"
-                f" n={entry['n_iters']}x{entry['n_inputs']} inputs){extra}")
+            log(
+                f"  [{self.elapsed():6.1f}s] {name:34s} {mode:6s} tf32={tf32:3s} {impl:8s} "
+                f"{entry['median_ms']:9.3f} ms (p10 {entry['p10_ms']:.3f}, "
+                f"p90 {entry['p90_ms']:.3f},"
+                f" n={entry['n_iters']}x{entry['n_inputs']} inputs){extra}"
+            )
         else:
-            log(f"  [{self.elapsed():6.1f}s] {name:34s} {mode:6s} tf32={tf32:3s} {impl:8s} "
-                f"{status}: {entry.get('error', '')[:300]}")
+            log(
+                f"  [{self.elapsed():6.1f}s] {name:34s} {mode:6s} tf32={tf32:3s} {impl:8s} "
+                f"{status}: {entry.get('error', '')[:300]}"
+            )
 
     def run_impl(self, name, b, tf32_list, impl, compile_timeout=0):
         """Measure impl of a workload for each TF32 setting and mode. Returns seconds spent.
@@ -470,8 +519,13 @@ class Runner:
             if b.fused is None:
                 for tf32 in tf32_list:
                     for mode in a.modes:
-                        self.record(name, mode, tf32, impl,
-                                    dict(status="error", error=f"fused module: {b.fused_error}"))
+                        self.record(
+                            name,
+                            mode,
+                            tf32,
+                            impl,
+                            dict(status="error", error=f"fused module: {b.fused_error}"),
+                        )
                 return time.perf_counter() - t_task
             module = b.fused
         elif impl == "eager":
@@ -488,8 +542,13 @@ class Runner:
             err_done = False
             for mode in a.modes:
                 if timed_out:
-                    self.record(name, mode, tf32, impl,
-                                dict(status="skipped", error="after a compile timeout"))
+                    self.record(
+                        name,
+                        mode,
+                        tf32,
+                        impl,
+                        dict(status="skipped", error="after a compile timeout"),
+                    )
                     continue
                 entry = {"status": "ok"}
                 try:
@@ -508,8 +567,7 @@ class Runner:
 
                         def fn(x, module=module):
                             out = module(x)
-                            return torch.autograd.grad(out, [x] + params,
-                                                       grad_outputs=b.grad_out)
+                            return torch.autograd.grad(out, [x] + params, grad_outputs=b.grad_out)
 
                     if impl in COMPILE_MODE:
                         # Untimed first call: compiles (or recompiles) forward and backward.
@@ -521,8 +579,9 @@ class Runner:
                                 sync(dev)
                         except Exception as e:  # noqa: BLE001
                             if al.fired:
-                                raise CompileTimeout(f"compile exceeded {compile_timeout:.0f} s "
-                                                     f"(time budget)") from e
+                                raise CompileTimeout(
+                                    f"compile exceeded {compile_timeout:.0f} s (time budget)"
+                                ) from e
                             raise
                         entry["compile_s"] = time.perf_counter() - t0
                     if not err_done:
@@ -535,14 +594,17 @@ class Runner:
                         entry["err_samples"] = k
                         del out
                         err_done = True
-                    entry.update(time_fn(fn, b.inputs, dev, a.iters, a.warmup, a.target_s,
-                                         a.min_iters))
+                    entry.update(
+                        time_fn(fn, b.inputs, dev, a.iters, a.warmup, a.target_s, a.min_iters)
+                    )
                     if dev.type == "cuda":
                         entry["peak_mem_GB"] = torch.cuda.max_memory_allocated(dev) / 1e9
                 except Exception as e:  # noqa: BLE001  (compile failures, OOM, missing kernels)
                     msg = str(e).strip().splitlines()
-                    entry = {"status": "error",
-                             "error": f"{type(e).__name__}: {msg[0] if msg else ''}"[:500]}
+                    entry = {
+                        "status": "error",
+                        "error": f"{type(e).__name__}: {msg[0] if msg else ''}"[:500],
+                    }
                     if a.verbose:
                         traceback.print_exc()
                     timed_out = isinstance(e, CompileTimeout)
@@ -572,8 +634,9 @@ class Runner:
                 for tf32 in self.tf32_settings(name):
                     for mode in a.modes:
                         for impl in ("eager", "fused"):
-                            self.record(name, mode, tf32, impl,
-                                        dict(status="error", error=f"build: {e}"))
+                            self.record(
+                                name, mode, tf32, impl, dict(status="error", error=f"build: {e}")
+                            )
                 free(self.device)
                 continue
             for impl in ("eager", "fused"):
@@ -602,15 +665,23 @@ class Runner:
             # Estimated task time: seen for this (impl, kind), else the longest seen for this
             # impl, else a guess.
             seen_impl = [v for (i, _k), v in self.compile_seen.items() if i == impl]
-            est = self.compile_seen.get((impl, kind),
-                                        max(seen_impl) if seen_impl else default_est[impl])
+            est = self.compile_seen.get(
+                (impl, kind), max(seen_impl) if seen_impl else default_est[impl]
+            )
             if a.budget_s > 0 and self.elapsed() + est > a.budget_s:
                 for tf32 in tf32_list:
                     for mode in a.modes:
-                        self.record(name, mode, tf32, impl, dict(
-                            status="skipped",
-                            error=f"budget: {self.elapsed():.0f}s done + ~{est:.0f}s "
-                                  f"> {a.budget_s:.0f}s"))
+                        self.record(
+                            name,
+                            mode,
+                            tf32,
+                            impl,
+                            dict(
+                                status="skipped",
+                                error=f"budget: {self.elapsed():.0f}s done + ~{est:.0f}s "
+                                f"> {a.budget_s:.0f}s",
+                            ),
+                        )
                 continue
             log(f"== {name}: {IMPL_LABEL[impl]} tf32={','.join(tf32_list)}")
             timeout = a.compile_timeout_s
@@ -620,15 +691,21 @@ class Runner:
             try:
                 b = self.build(name)
                 spent = self.run_impl(name, b, tf32_list, impl, compile_timeout=timeout)
-                self.compile_seen[(impl, kind)] = max(self.compile_seen.get((impl, kind), 0.0),
-                                                      spent)
+                self.compile_seen[(impl, kind)] = max(
+                    self.compile_seen.get((impl, kind), 0.0), spent
+                )
                 del b
             except Exception as e:  # noqa: BLE001
                 for tf32 in tf32_list:
                     for mode in a.modes:
                         if (name, mode, tf32, impl) not in self.results:
-                            self.record(name, mode, tf32, impl,
-                                        dict(status="error", error=f"{type(e).__name__}: {e}"))
+                            self.record(
+                                name,
+                                mode,
+                                tf32,
+                                impl,
+                                dict(status="error", error=f"{type(e).__name__}: {e}"),
+                            )
             free(self.device)
 
 
@@ -636,7 +713,10 @@ class Runner:
 # Reporting
 
 
-SHORT = {"conv_transpose3d_relu_group_norm": "convT3d_relu_gn", "conv3d_group_norm_mean": "conv3d_gn_mean"}
+SHORT = {
+    "conv_transpose3d_relu_group_norm": "convT3d_relu_gn",
+    "conv3d_group_norm_mean": "conv3d_gn_mean",
+}
 
 
 def fmt_ms(e):
@@ -657,28 +737,49 @@ def speedup(results, key, impl):
 
 def row_keys(results):
     seen = []
-    for (w, m, t, _i) in results:
+    for w, m, t, _i in results:
         if (w, m, t) not in seen:
             seen.append((w, m, t))
-    wl_order = ["relu_group_norm", "group_norm_mean", "conv_transpose3d_relu_group_norm",
-                "conv3d_group_norm_mean"]
+    wl_order = [
+        "relu_group_norm",
+        "group_norm_mean",
+        "conv_transpose3d_relu_group_norm",
+        "conv3d_group_norm_mean",
+    ]
     tf_order = {"n/a": 0, "on": 1, "off": 2}
-    seen.sort(key=lambda k: (wl_order.index(k[0]) if k[0] in wl_order else 9,
-                             tf_order.get(k[2], 3), MODES.index(k[1])))
+    seen.sort(
+        key=lambda k: (
+            wl_order.index(k[0]) if k[0] in wl_order else 9,
+            tf_order.get(k[2], 3),
+            MODES.index(k[1]),
+        )
+    )
     return seen
 
 
 def format_table(header, rows):
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
-                               for i, (c, w) in enumerate(zip(r, widths)))
+    line = lambda r: "  ".join(
+        str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
+        for i, (c, w) in enumerate(zip(r, widths))
+    )
     sep = "  ".join("-" * w for w in widths)
     return "\n".join([line(header), sep] + [line(r) for r in rows])
 
 
 def summary_table(results):
-    header = ["workload", "mode", "tf32", "eager ms", "compile ms", "autotune ms", "fused ms",
-              "fused x eager", "x compile", "x autotune"]
+    header = [
+        "workload",
+        "mode",
+        "tf32",
+        "eager ms",
+        "compile ms",
+        "autotune ms",
+        "fused ms",
+        "fused x eager",
+        "x compile",
+        "x autotune",
+    ]
     rows = []
     for key in row_keys(results):
         w, m, t = key
@@ -691,8 +792,22 @@ def summary_table(results):
 
 
 def detail_table(results):
-    header = ["workload", "mode", "tf32", "impl", "p10 ms", "median", "p90 ms", "GB/s",
-              "%copyBW", "TFLOP/s", "%mm", "max|err|", "relL2err", "note"]
+    header = [
+        "workload",
+        "mode",
+        "tf32",
+        "impl",
+        "p10 ms",
+        "median",
+        "p90 ms",
+        "GB/s",
+        "%copyBW",
+        "TFLOP/s",
+        "%mm",
+        "max|err|",
+        "relL2err",
+        "note",
+    ]
     rows = []
     for key in row_keys(results):
         for impl in IMPLS:
@@ -700,16 +815,30 @@ def detail_table(results):
             if e is None:
                 continue
             ok = e.get("status") == "ok"
-            g = lambda k, f: (f % e[k]) if ok and e.get(k) is not None else "-"  # noqa: E731
+            g = lambda k, f, e=e, ok=ok: (f % e[k]) if ok and e.get(k) is not None else "-"
             note = ""
             if not ok:
                 note = f"{e.get('status')}: {e.get('error', '')}"[:48]
             elif "compile_s" in e:
                 note = f"compile {e['compile_s']:.1f}s"
-            rows.append([SHORT.get(key[0], key[0]), key[1], key[2], impl, g("p10_ms", "%.3f"), g("median_ms", "%.3f"),
-                         g("p90_ms", "%.3f"), g("GBps", "%.4g"), g("pct_copy_bw", "%.0f%%"),
-                         g("TFLOPs", "%.3g"), g("pct_matmul", "%.0f%%"),
-                         g("max_abs_err", "%.1e"), g("rel_l2_err", "%.1e"), note])
+            rows.append(
+                [
+                    SHORT.get(key[0], key[0]),
+                    key[1],
+                    key[2],
+                    impl,
+                    g("p10_ms", "%.3f"),
+                    g("median_ms", "%.3f"),
+                    g("p90_ms", "%.3f"),
+                    g("GBps", "%.4g"),
+                    g("pct_copy_bw", "%.0f%%"),
+                    g("TFLOPs", "%.3g"),
+                    g("pct_matmul", "%.0f%%"),
+                    g("max_abs_err", "%.1e"),
+                    g("rel_l2_err", "%.1e"),
+                    note,
+                ]
+            )
     return format_table(header, rows)
 
 
@@ -732,18 +861,42 @@ def targets(results):
     checks = [
         ("relu_group_norm fwd fused >= 80% of copy BW", bw("relu_group_norm"), 0.80, ">="),
         ("group_norm_mean fwd fused >= 80% of copy BW", bw("group_norm_mean"), 0.80, ">="),
-        ("conv_transpose3d model fwd fused/eager <= 0.45 (tf32 on)",
-         ratio("conv_transpose3d_relu_group_norm", "fwd", "on"), 0.45, "<="),
-        ("conv_transpose3d model fwd fused/eager <= 0.40 (tf32 off)",
-         ratio("conv_transpose3d_relu_group_norm", "fwd", "off"), 0.40, "<="),
-        ("conv3d model fwd fused/eager <= 0.55 (tf32 on)",
-         ratio("conv3d_group_norm_mean", "fwd", "on"), 0.55, "<="),
-        ("conv3d model fwd fused/eager <= 0.55 (tf32 off)",
-         ratio("conv3d_group_norm_mean", "fwd", "off"), 0.55, "<="),
-        ("conv_transpose3d model fwd+bwd fused/eager <= 0.75 (tf32 on)",
-         ratio("conv_transpose3d_relu_group_norm", "fwdbwd", "on"), 0.75, "<="),
-        ("conv_transpose3d model fwd+bwd fused/eager <= 0.75 (tf32 off)",
-         ratio("conv_transpose3d_relu_group_norm", "fwdbwd", "off"), 0.75, "<="),
+        (
+            "conv_transpose3d model fwd fused/eager <= 0.45 (tf32 on)",
+            ratio("conv_transpose3d_relu_group_norm", "fwd", "on"),
+            0.45,
+            "<=",
+        ),
+        (
+            "conv_transpose3d model fwd fused/eager <= 0.40 (tf32 off)",
+            ratio("conv_transpose3d_relu_group_norm", "fwd", "off"),
+            0.40,
+            "<=",
+        ),
+        (
+            "conv3d model fwd fused/eager <= 0.55 (tf32 on)",
+            ratio("conv3d_group_norm_mean", "fwd", "on"),
+            0.55,
+            "<=",
+        ),
+        (
+            "conv3d model fwd fused/eager <= 0.55 (tf32 off)",
+            ratio("conv3d_group_norm_mean", "fwd", "off"),
+            0.55,
+            "<=",
+        ),
+        (
+            "conv_transpose3d model fwd+bwd fused/eager <= 0.75 (tf32 on)",
+            ratio("conv_transpose3d_relu_group_norm", "fwdbwd", "on"),
+            0.75,
+            "<=",
+        ),
+        (
+            "conv_transpose3d model fwd+bwd fused/eager <= 0.75 (tf32 off)",
+            ratio("conv_transpose3d_relu_group_norm", "fwdbwd", "off"),
+            0.75,
+            "<=",
+        ),
     ]
     for label, val, thr, op in checks:
         if val is None:
@@ -757,7 +910,11 @@ def targets(results):
 def format_targets(tg):
     lines = []
     for t in tg:
-        v = "not measured" if t["value"] is None else f"{t['value']:.3f} (threshold {t['threshold']})"
+        v = (
+            "not measured"
+            if t["value"] is None
+            else f"{t['value']:.3f} (threshold {t['threshold']})"
+        )
         lines.append(f"  {t['status']:4s}  {t['target']:62s} {v}")
     return "\n".join(lines)
 
@@ -765,20 +922,28 @@ def format_targets(tg):
 def environment(device):
     env = dict(
         date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        host=platform.node(), python=platform.python_version(), torch=torch.__version__,
-        cuda=torch.version.cuda, device_type=device.type,
+        host=platform.node(),
+        python=platform.python_version(),
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        device_type=device.type,
         cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         cudnn_benchmark=torch.backends.cudnn.benchmark,
     )
     if device.type == "cuda":
         p = torch.cuda.get_device_properties(device)
-        env.update(device_name=p.name, sm_count=p.multi_processor_count,
-                   total_mem_GB=p.total_memory / 1e9,
-                   L2_cache_MB=getattr(p, "L2_cache_size", 0) / 2 ** 20,
-                   capability=f"{p.major}.{p.minor}")
+        env.update(
+            device_name=p.name,
+            sm_count=p.multi_processor_count,
+            total_mem_GB=p.total_memory / 1e9,
+            L2_cache_MB=getattr(p, "L2_cache_size", 0) / 2**20,
+            capability=f"{p.major}.{p.minor}",
+        )
     else:
-        env.update(device_name=platform.processor() or platform.machine(),
-                   cpu_threads=torch.get_num_threads())
+        env.update(
+            device_name=platform.processor() or platform.machine(),
+            cpu_threads=torch.get_num_threads(),
+        )
     try:
         import triton
 
@@ -794,49 +959,87 @@ def environment(device):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--quick", action="store_true",
-                   help="tiny shapes, few iterations (smoke test of the code path)")
-    p.add_argument("--only", default="all",
-                   help="comma list of workloads: relu_group_norm (rgn), group_norm_mean (gnm), "
-                        "conv_transpose3d_relu_group_norm (ct), conv3d_group_norm_mean (c3)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny shapes, few iterations (smoke test of the code path)",
+    )
+    p.add_argument(
+        "--only",
+        default="all",
+        help="comma list of workloads: relu_group_norm (rgn), group_norm_mean (gnm), "
+        "conv_transpose3d_relu_group_norm (ct), conv3d_group_norm_mean (c3)",
+    )
     p.add_argument("--modes", default="fwd,fwdbwd", help="fwd,fwdbwd")
     p.add_argument("--tf32", default="on,off", help="TF32 settings for the conv models: on,off")
     p.add_argument("--skip-compile", action="store_true", help="no torch.compile rows")
-    p.add_argument("--compile-modes", default="default,max-autotune-no-cudagraphs",
-                   help="which torch.compile modes: default, max-autotune-no-cudagraphs "
-                        "(aliases: compile, autotune)")
+    p.add_argument(
+        "--compile-modes",
+        default="default,max-autotune-no-cudagraphs",
+        help="which torch.compile modes: default, max-autotune-no-cudagraphs "
+        "(aliases: compile, autotune)",
+    )
     p.add_argument("--iters", type=int, default=None, help="max timed iterations (50; quick 5)")
     p.add_argument("--min-iters", type=int, default=None, help="min timed iterations (10; quick 3)")
-    p.add_argument("--target-s", type=float, default=None,
-                   help="aim for about this many seconds of timed iterations (1.0; quick 0.2)")
+    p.add_argument(
+        "--target-s",
+        type=float,
+        default=None,
+        help="aim for about this many seconds of timed iterations (1.0; quick 0.2)",
+    )
     p.add_argument("--warmup", type=int, default=None, help="warm-up calls (3; quick 1)")
-    p.add_argument("--budget-s", type=float, default=None,
-                   help="wall-clock budget: compile rows that would start past it are skipped, "
-                        "and compiles are interrupted past it (default 250 on CUDA, 150 on CPU; "
-                        "0 = none)")
-    p.add_argument("--hard-limit-s", type=float, default=None,
-                   help="past this, print/write what was measured and exit (default budget + 50; "
-                        "0 = none)")
-    p.add_argument("--compile-timeout-s", type=float, default=0,
-                   help="per-compile timeout in seconds (0 = only the budget)")
-    p.add_argument("--err-batch", type=int, default=4,
-                   help="samples checked against the float64 reference when the whole batch "
-                        "would be too big or slow in float64 (relu_group_norm, conv_transpose3d)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch.set_num_threads on CPU (default: 1 with --quick, else unchanged)")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="wall-clock budget: compile rows that would start past it are skipped, "
+        "and compiles are interrupted past it (default 250 on CUDA, 150 on CPU; "
+        "0 = none)",
+    )
+    p.add_argument(
+        "--hard-limit-s",
+        type=float,
+        default=None,
+        help="past this, print/write what was measured and exit (default budget + 50; 0 = none)",
+    )
+    p.add_argument(
+        "--compile-timeout-s",
+        type=float,
+        default=0,
+        help="per-compile timeout in seconds (0 = only the budget)",
+    )
+    p.add_argument(
+        "--err-batch",
+        type=int,
+        default=4,
+        help="samples checked against the float64 reference when the whole batch "
+        "would be too big or slow in float64 (relu_group_norm, conv_transpose3d)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads on CPU (default: 1 with --quick, else unchanged)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lib", default=None, help="path of libfused_ops.so (else fused_ops finds it)")
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
     a = p.parse_args(argv)
-    a.quick_defaults = dict(iters=5, min_iters=3, target_s=0.2, warmup=1) if a.quick else \
-        dict(iters=50, min_iters=10, target_s=1.0, warmup=3)
+    a.quick_defaults = (
+        dict(iters=5, min_iters=3, target_s=0.2, warmup=1)
+        if a.quick
+        else dict(iters=50, min_iters=10, target_s=1.0, warmup=3)
+    )
     for k, v in a.quick_defaults.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
-    a.modes = [m.strip().replace("+", "").replace("fwd_bwd", "fwdbwd")
-               for m in a.modes.split(",") if m.strip()]
+    a.modes = [
+        m.strip().replace("+", "").replace("fwd_bwd", "fwdbwd")
+        for m in a.modes.split(",")
+        if m.strip()
+    ]
     for m in a.modes:
         if m not in MODES:
             p.error(f"unknown mode {m!r} (fwd, fwdbwd)")
@@ -849,14 +1052,23 @@ def parse_args(argv=None):
         c = c.strip()
         if not c:
             continue
-        impl = {"default": "compile", "compile": "compile", "max-autotune-no-cudagraphs": "autotune",
-                "autotune": "autotune", "max-autotune": "autotune"}.get(c)
+        impl = {
+            "default": "compile",
+            "compile": "compile",
+            "max-autotune-no-cudagraphs": "autotune",
+            "autotune": "autotune",
+            "max-autotune": "autotune",
+        }.get(c)
         if impl is None:
             p.error(f"unknown compile mode {c!r}")
         cm.append(impl)
     a.compile_impls = [] if a.skip_compile else cm
-    names = ["relu_group_norm", "group_norm_mean", "conv_transpose3d_relu_group_norm",
-             "conv3d_group_norm_mean"]
+    names = [
+        "relu_group_norm",
+        "group_norm_mean",
+        "conv_transpose3d_relu_group_norm",
+        "conv3d_group_norm_mean",
+    ]
     if a.only == "all":
         a.only = names
     else:
@@ -894,10 +1106,14 @@ def main(argv=None):
 
     fused_info, ref_classes, fused_classes = load_fused(a.lib)
     env = environment(device)
-    log(f"device: {env['device_name']} | torch {env['torch']} | cuda {env['cuda']} | "
-        f"cudnn {env['cudnn']} | fused_ops: {fused_info['source']} ({fused_info['library']})")
-    log(f"workloads {a.only} | modes {a.modes} | tf32 {a.tf32} | compile {a.compile_impls} | "
-        f"budget {a.budget_s:.0f}s | quick={a.quick}")
+    log(
+        f"device: {env['device_name']} | torch {env['torch']} | cuda {env['cuda']} | "
+        f"cudnn {env['cudnn']} | fused_ops: {fused_info['source']} ({fused_info['library']})"
+    )
+    log(
+        f"workloads {a.only} | modes {a.modes} | tf32 {a.tf32} | compile {a.compile_impls} | "
+        f"budget {a.budget_s:.0f}s | quick={a.quick}"
+    )
 
     t0 = time.perf_counter()
     ceilings = measure_ceilings(device, a.quick)
@@ -905,8 +1121,12 @@ def main(argv=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.backends.cuda.matmul.allow_tf32 = tf32_defaults[1]
-    log("ceilings: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                 for k, v in ceilings.items()))
+    log(
+        "ceilings: "
+        + ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in ceilings.items()
+        )
+    )
 
     workloads = make_workloads(a.quick, ref_classes, fused_classes)
     runner = Runner(a, device, workloads, ceilings)
@@ -921,8 +1141,16 @@ def main(argv=None):
             return
         if reported.acquire(blocking=False):
             try:
-                report(a, env, fused_info, ceilings, workloads, runner.results, t0,
-                       note=f"partial: hard limit of {a.hard_limit_s:.0f}s reached")
+                report(
+                    a,
+                    env,
+                    fused_info,
+                    ceilings,
+                    workloads,
+                    runner.results,
+                    t0,
+                    note=f"partial: hard limit of {a.hard_limit_s:.0f}s reached",
+                )
             finally:
                 sys.stdout.flush()
                 os._exit(0)
@@ -948,21 +1176,34 @@ def report(a, env, fused_info, ceilings, workloads, results, t0, note=None):
     tg = targets(results)
     args_json = {k: v for k, v in vars(a).items()}
     doc = dict(
-        env=env, fused_ops=fused_info, args=args_json, ceilings=ceilings,
+        env=env,
+        fused_ops=fused_info,
+        args=args_json,
+        ceilings=ceilings,
         byte_counts={
-            "relu_group_norm": {"fwd": "3 x numel x 4 (x read twice, y written)",
-                                "fwdbwd": "8 x numel x 4 (fwd 3; bwd: x and dy read twice, "
-                                          "dx written)"},
-            "group_norm_mean": {"fwd": "1 x numel x 4 (x read once)",
-                                "fwdbwd": "3 x numel x 4 (fwd 1; bwd: x read once, dx written)"},
+            "relu_group_norm": {
+                "fwd": "3 x numel x 4 (x read twice, y written)",
+                "fwdbwd": "8 x numel x 4 (fwd 3; bwd: x and dy read twice, dx written)",
+            },
+            "group_norm_mean": {
+                "fwd": "1 x numel x 4 (x read once)",
+                "fwdbwd": "3 x numel x 4 (fwd 1; bwd: x read once, dx written)",
+            },
         },
         flop_counts={
             "conv_transpose3d_relu_group_norm": "fwd 2*N*Cin*Cout*k^3*Din*Hin*Win; fwdbwd 3x",
             "conv3d_group_norm_mean": "fwd 2*N*Cout*Cin*k^3*Dout*Hout*Wout; fwdbwd 3x",
         },
-        workloads={n: dict(kind=s["kind"], input_shape=list(s["input_shape"]),
-                           bytes=s["bytes"], flops=s["flops"]) for n, s in workloads.items()
-                   if n in a.only},
+        workloads={
+            n: dict(
+                kind=s["kind"],
+                input_shape=list(s["input_shape"]),
+                bytes=s["bytes"],
+                flops=s["flops"],
+            )
+            for n, s in workloads.items()
+            if n in a.only
+        },
         rows=list(results.values()),
         targets=tg,
         wall_s=time.perf_counter() - t0,
@@ -991,19 +1232,39 @@ def report(a, env, fused_info, ceilings, workloads, results, t0, note=None):
     summ = summary_table(results)
     tgt = format_targets(tg)
     c = ceilings
-    ceil_line = (f"ceilings: copy {c.get('copy_GBps', float('nan')):.0f} GB/s (read+write) | "
-                 f"matmul {c.get('matmul_size', '?')}^3 TF32 {c.get('matmul_tf32_TFLOPs', float('nan')):.4g}"
-                 f" TFLOP/s, fp32 {c.get('matmul_fp32_TFLOPs', float('nan')):.4g} TFLOP/s")
-    head = (f"{env['device_name']} | torch {env['torch']} | cuda {env['cuda']} | cudnn {env['cudnn']}"
-            f" | {env['date']} | wall {doc['wall_s']:.0f}s")
-    text = "\n".join([
-        "", "=" * 20 + " details (errors: forward output vs float64 reference) " + "=" * 20,
-        det, "", "=" * 20 + " summary (median ms; speedup = other / fused) " + "=" * 20, head,
-        ceil_line, summ, "", "targets:", tgt] + ([f"NOTE: {note}"] if note else []) + [""])
+    ceil_line = (
+        f"ceilings: copy {c.get('copy_GBps', float('nan')):.0f} GB/s (read+write) | "
+        f"matmul {c.get('matmul_size', '?')}^3 TF32 {c.get('matmul_tf32_TFLOPs', float('nan')):.4g}"
+        f" TFLOP/s, fp32 {c.get('matmul_fp32_TFLOPs', float('nan')):.4g} TFLOP/s"
+    )
+    head = (
+        f"{env['device_name']} | torch {env['torch']} | cuda {env['cuda']} | cudnn {env['cudnn']}"
+        f" | {env['date']} | wall {doc['wall_s']:.0f}s"
+    )
+    text = "\n".join(
+        [
+            "",
+            "=" * 20 + " details (errors: forward output vs float64 reference) " + "=" * 20,
+            det,
+            "",
+            "=" * 20 + " summary (median ms; speedup = other / fused) " + "=" * 20,
+            head,
+            ceil_line,
+            summ,
+            "",
+            "targets:",
+            tgt,
+        ]
+        + ([f"NOTE: {note}"] if note else [])
+        + [""]
+    )
     with open(os.path.join(a.out, "results.txt"), "w") as f:
         f.write(text)
-    log(f"\nwrote {json_path}" + ("" if png_note else f", {png_path}")
-        + f", {os.path.join(a.out, 'results.txt')}")
+    log(
+        f"\nwrote {json_path}"
+        + ("" if png_note else f", {png_path}")
+        + f", {os.path.join(a.out, 'results.txt')}"
+    )
     if png_note:
         log(png_note)
     log(text)

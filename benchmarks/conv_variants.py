@@ -13,6 +13,7 @@ with TF32 on and off. CUDA-event medians over rotated inputs. Prints one table.
 ConvTranspose3d against float64 (cuDNN's algorithm choice decides it): max |err| / max |ref|
 and ||err|| / ||ref|| over the first two samples of the headline batch.
 """
+
 import argparse
 import itertools
 
@@ -40,8 +41,12 @@ def median_ms(fn, inputs, iters):
 def transposed_as_forward(weight, groups):
     c_in, c_out_g = weight.shape[:2]
     k = weight.shape[2:]
-    return (weight.reshape(groups, c_in // groups, c_out_g, *k).transpose(1, 2)
-            .reshape(groups * c_out_g, c_in // groups, *k).flip(2, 3, 4))
+    return (
+        weight.reshape(groups, c_in // groups, c_out_g, *k)
+        .transpose(1, 2)
+        .reshape(groups * c_out_g, c_in // groups, *k)
+        .flip(2, 3, 4)
+    )
 
 
 def accuracy():
@@ -57,17 +62,23 @@ def accuracy():
     variants = {
         "as written": lambda: F.conv_transpose3d(x, weight),
         "as forward conv (pad k-1)": lambda: F.conv3d(x, fw, padding=2),
-        "as forward conv, NDHWC": lambda: F.conv3d(x.contiguous(memory_format=cl),
-                                                   fw.contiguous(memory_format=cl), padding=2),
+        "as forward conv, NDHWC": lambda: F.conv3d(
+            x.contiguous(memory_format=cl), fw.contiguous(memory_format=cl), padding=2
+        ),
     }
     print(f"{'variant':30s} {'bench':5s} {'determ':6s} {'max|err|/max|ref|':>18s} {'relL2':>10s}")
-    for (name, fn), bench, determ in itertools.product(variants.items(), (False, True), (False, True)):
+    for (name, fn), bench, determ in itertools.product(
+        variants.items(), (False, True), (False, True)
+    ):
         torch.backends.cudnn.benchmark = bench
         torch.backends.cudnn.deterministic = determ
         out = fn()[:2].double()
         err = out - ref
-        print(f"{name:30s} {str(bench):5s} {str(determ):6s} "
-              f"{(err.abs().max() / ref.abs().max()).item():18.3e} {(err.norm() / ref.norm()).item():10.3e}")
+        print(
+            f"{name:30s} {str(bench):5s} {str(determ):6s} "
+            f"{(err.abs().max() / ref.abs().max()).item():18.3e} "
+            f"{(err.norm() / ref.norm()).item():10.3e}"
+        )
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = False
 
@@ -84,7 +95,9 @@ def main():
     torch.manual_seed(0)
     rows = []
     cases = {
-        "conv_transpose3d 64->128": dict(shape=(16, 64, 32, 32, 32), weight=(64, 128, 3, 3, 3), transposed=True),
+        "conv_transpose3d 64->128": dict(
+            shape=(16, 64, 32, 32, 32), weight=(64, 128, 3, 3, 3), transposed=True
+        ),
         "conv3d 3->24": dict(shape=(128, 3, 24, 32, 32), weight=(24, 3, 3, 3, 3), transposed=False),
     }
     for name, case in cases.items():
@@ -101,7 +114,9 @@ def main():
             variants["as written"] = lambda x, w=weight: F.conv3d(x, w)
             w_cl = weight.contiguous(memory_format=torch.channels_last_3d)
             variants["NDHWC"] = lambda x, w=w_cl: F.conv3d(x, w)
-        for (vname, fn), tf32, bench in itertools.product(variants.items(), (True, False), (False, True)):
+        for (vname, fn), tf32, bench in itertools.product(
+            variants.items(), (True, False), (False, True)
+        ):
             torch.backends.cudnn.allow_tf32 = tf32
             torch.backends.cudnn.benchmark = bench
             xs = inputs

@@ -9,6 +9,7 @@ TF32 rounding (relative L2 error against float64 above 1e-5; float32 products gi
 
     python3 benchmarks/cudnn_tf32_survey.py [--json out.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,13 +28,18 @@ def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
 def forward_rewrite_weight(w: torch.Tensor, groups: int) -> torch.Tensor:
     c_in, c_out_g = w.shape[:2]
     k = w.shape[2:]
-    return (w.reshape(groups, c_in // groups, c_out_g, *k).transpose(1, 2)
-            .reshape(groups * c_out_g, c_in // groups, *k).flip(2, 3, 4))
+    return (
+        w.reshape(groups, c_in // groups, c_out_g, *k)
+        .transpose(1, 2)
+        .reshape(groups * c_out_g, c_in // groups, *k)
+        .flip(2, 3, 4)
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--json")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -42,8 +48,9 @@ def main() -> int:
     torch.backends.cudnn.allow_tf32 = True
     rows = []
     channels = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64]
-    for c_in, c_out, k, n, s in itertools.product(channels, [4, 6, 8, 12, 16, 24, 64, 128],
-                                                  [1, 2, 3], [1, 4], [5, 12]):
+    for c_in, c_out, k, n, s in itertools.product(
+        channels, [4, 6, 8, 12, 16, 24, 64, 128], [1, 2, 3], [1, 4], [5, 12]
+    ):
         if c_in * c_out > 64 * 64:
             continue
         g = torch.Generator(device="cuda").manual_seed(0)
@@ -52,20 +59,31 @@ def main() -> int:
         wf = torch.randn(c_out, c_in, k, k, k, device="cuda", generator=g)
         ref_t = F.conv_transpose3d(x.double(), wt.double())
         ref_f = F.conv3d(x.double(), wf.double())
-        row = dict(c_in=c_in, c_out=c_out, k=k, n=n, s=s,
-                   transposed=rel_err(F.conv_transpose3d(x, wt), ref_t),
-                   rewrite=rel_err(F.conv3d(x, forward_rewrite_weight(wt, 1), padding=k - 1),
-                                   ref_t),
-                   forward=rel_err(F.conv3d(x, wf), ref_f),
-                   forward_ndhwc=rel_err(
-                       F.conv3d(x.to(memory_format=torch.channels_last_3d),
-                                wf.to(memory_format=torch.channels_last_3d)), ref_f))
+        row = dict(
+            c_in=c_in,
+            c_out=c_out,
+            k=k,
+            n=n,
+            s=s,
+            transposed=rel_err(F.conv_transpose3d(x, wt), ref_t),
+            rewrite=rel_err(F.conv3d(x, forward_rewrite_weight(wt, 1), padding=k - 1), ref_t),
+            forward=rel_err(F.conv3d(x, wf), ref_f),
+            forward_ndhwc=rel_err(
+                F.conv3d(
+                    x.to(memory_format=torch.channels_last_3d),
+                    wf.to(memory_format=torch.channels_last_3d),
+                ),
+                ref_f,
+            ),
+        )
         rows.append(row)
     keys = ["transposed", "rewrite", "forward", "forward_ndhwc"]
     print("c_in c_out k n  s  " + "  ".join(f"{k:>13}" for k in keys))
     for r in rows:
-        print(f"{r['c_in']:4} {r['c_out']:5} {r['k']} {r['n']} {r['s']:2}  " + "  ".join(
-            f"{r[k]:9.1e} {'T' if r[k] > 1e-5 else '-'}  " for k in keys))
+        print(
+            f"{r['c_in']:4} {r['c_out']:5} {r['k']} {r['n']} {r['s']:2}  "
+            + "  ".join(f"{r[k]:9.1e} {'T' if r[k] > 1e-5 else '-'}  " for k in keys)
+        )
     # Summary: where the transposed conv is float32 but the rewrite is TF32 (the hazard).
     hazard = [r for r in rows if r["transposed"] <= 1e-5 < r["rewrite"]]
     print(f"\n{len(hazard)} of {len(rows)} shapes: eager transposed float32, rewrite TF32")

@@ -15,6 +15,7 @@ input and parameters, random GroupNorm affine and conv bias), and prints:
     python3 benchmarks/numerics.py --headline      # the headline sizes too (GPU)
     python3 benchmarks/numerics.py --device cuda --grad --json out.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,22 +34,54 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 # (name, original class name, init arguments, input shape); headline ones are flagged.
 CASES = [
-    ("ConvTranspose3dReLUGroupNorm", dict(in_channels=8, out_channels=16, kernel_size=3,
-                                          groups=4, bias=False), (2, 8, 6, 7, 5), False),
-    ("ConvTranspose3dReLUGroupNorm", dict(in_channels=6, out_channels=12, kernel_size=2,
-                                          groups=3, bias=True), (1, 6, 5, 3, 7), False),
-    ("ConvTranspose3dReLUGroupNorm", dict(in_channels=32, out_channels=64, kernel_size=3,
-                                          groups=8, bias=False), (2, 32, 8, 8, 8), False),
-    ("ConvTranspose3dReLUGroupNorm", dict(in_channels=64, out_channels=128, kernel_size=3,
-                                          groups=8, bias=False), (1, 64, 12, 12, 12), False),
-    ("Conv3dGroupNormMean", dict(in_channels=3, out_channels=24, kernel_size=3, num_groups=8),
-     (4, 3, 8, 9, 10), False),
-    ("Conv3dGroupNormMean", dict(in_channels=3, out_channels=24, kernel_size=3, num_groups=8),
-     (16, 3, 24, 32, 32), False),
-    ("Conv3dGroupNormMean", dict(in_channels=16, out_channels=32, kernel_size=3, num_groups=8),
-     (4, 16, 10, 10, 10), False),
-    ("Conv3dGroupNormMean", dict(in_channels=64, out_channels=64, kernel_size=3, num_groups=8),
-     (2, 64, 10, 10, 10), False),
+    (
+        "ConvTranspose3dReLUGroupNorm",
+        dict(in_channels=8, out_channels=16, kernel_size=3, groups=4, bias=False),
+        (2, 8, 6, 7, 5),
+        False,
+    ),
+    (
+        "ConvTranspose3dReLUGroupNorm",
+        dict(in_channels=6, out_channels=12, kernel_size=2, groups=3, bias=True),
+        (1, 6, 5, 3, 7),
+        False,
+    ),
+    (
+        "ConvTranspose3dReLUGroupNorm",
+        dict(in_channels=32, out_channels=64, kernel_size=3, groups=8, bias=False),
+        (2, 32, 8, 8, 8),
+        False,
+    ),
+    (
+        "ConvTranspose3dReLUGroupNorm",
+        dict(in_channels=64, out_channels=128, kernel_size=3, groups=8, bias=False),
+        (1, 64, 12, 12, 12),
+        False,
+    ),
+    (
+        "Conv3dGroupNormMean",
+        dict(in_channels=3, out_channels=24, kernel_size=3, num_groups=8),
+        (4, 3, 8, 9, 10),
+        False,
+    ),
+    (
+        "Conv3dGroupNormMean",
+        dict(in_channels=3, out_channels=24, kernel_size=3, num_groups=8),
+        (16, 3, 24, 32, 32),
+        False,
+    ),
+    (
+        "Conv3dGroupNormMean",
+        dict(in_channels=16, out_channels=32, kernel_size=3, num_groups=8),
+        (4, 16, 10, 10, 10),
+        False,
+    ),
+    (
+        "Conv3dGroupNormMean",
+        dict(in_channels=64, out_channels=64, kernel_size=3, num_groups=8),
+        (2, 64, 10, 10, 10),
+        False,
+    ),
 ]
 for _name, _w in reference.WORKLOADS.items():
     CASES.append((_w["model"].__name__, dict(_w["init"]), tuple(_w["input_shape"]), True))
@@ -70,9 +103,18 @@ def run_case(cls_name, init, shape, dtype, tf32, dist, device, grad) -> List[Dic
         torch.backends.cudnn.allow_tf32 = previous
     rows = []
     for what, e in report.items():
-        row = dict(model=cls_name, shape=list(shape), dtype=str(dtype).replace("torch.", ""),
-                   tf32=tf32, input=dist, device=device, what=what, eager_err=e.eager_error,
-                   fused_err=e.fused_error, ratio=e.ratio)
+        row = dict(
+            model=cls_name,
+            shape=list(shape),
+            dtype=str(dtype).replace("torch.", ""),
+            tf32=tf32,
+            input=dist,
+            device=device,
+            what=what,
+            eager_err=e.eager_error,
+            fused_err=e.fused_error,
+            ratio=e.ratio,
+        )
         if dtype == torch.float32:
             row["allclose_1e-5"] = e.allclose_1e5
             row["max_abs_diff"] = e.max_abs_diff
@@ -81,8 +123,9 @@ def run_case(cls_name, init, shape, dtype, tf32, dist, device, grad) -> List[Dic
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
     parser.add_argument("--headline", action="store_true", help="include the headline sizes")
     parser.add_argument("--only-headline", action="store_true")
@@ -99,29 +142,48 @@ def main() -> int:
     rows = []
     for device in devices:
         for cls_name, init, shape, headline in CASES:
-            if (headline and not (args.headline or args.only_headline)) or \
-                    (args.only_headline and not headline) or (headline and device == "cpu"):
+            if (
+                (headline and not (args.headline or args.only_headline))
+                or (args.only_headline and not headline)
+                or (headline and device == "cpu")
+            ):
                 continue
             for dtype_name in args.dtypes.split(","):
                 dtype = DTYPES[dtype_name]
                 if device == "cpu" and dtype != torch.float32:
                     continue
-                for tf32 in ([True, False] if device == "cuda" and dtype == torch.float32
-                             else [True]):
+                for tf32 in (
+                    [True, False] if device == "cuda" and dtype == torch.float32 else [True]
+                ):
                     for dist in ("rand", "randn"):
                         grad = args.grad and dtype == torch.float32 and not headline
-                        rows += run_case(cls_name, init, shape, dtype, tf32, dist, device,
-                                         grad or (args.grad and headline and dist == "rand"))
-    header = (f"{'model':<29} {'shape':<22} {'dev':<4} {'dtype':<8} {'tf32':<5} {'input':<5} "
-              f"{'what':<26} {'eager err':>9} {'fused err':>9} {'ratio':>6}  allclose  max|diff|")
+                        rows += run_case(
+                            cls_name,
+                            init,
+                            shape,
+                            dtype,
+                            tf32,
+                            dist,
+                            device,
+                            grad or (args.grad and headline and dist == "rand"),
+                        )
+    header = (
+        f"{'model':<29} {'shape':<22} {'dev':<4} {'dtype':<8} {'tf32':<5} {'input':<5} "
+        f"{'what':<26} {'eager err':>9} {'fused err':>9} {'ratio':>6}  allclose  max|diff|"
+    )
     print(header)
     worst = 0.0
     for r in rows:
-        extra = (f"  {str(r['allclose_1e-5']):<8}  {r['max_abs_diff']:.2e}"
-                 if "allclose_1e-5" in r else "")
-        print(f"{r['model']:<29} {str(tuple(r['shape'])):<22} {r['device']:<4} {r['dtype']:<8} "
-              f"{str(r['tf32']):<5} {r['input']:<5} {r['what']:<26} {r['eager_err']:9.2e} "
-              f"{r['fused_err']:9.2e} {r['ratio']:6.2f}{extra}")
+        extra = (
+            f"  {str(r['allclose_1e-5']):<8}  {r['max_abs_diff']:.2e}"
+            if "allclose_1e-5" in r
+            else ""
+        )
+        print(
+            f"{r['model']:<29} {str(tuple(r['shape'])):<22} {r['device']:<4} {r['dtype']:<8} "
+            f"{str(r['tf32']):<5} {r['input']:<5} {r['what']:<26} {r['eager_err']:9.2e} "
+            f"{r['fused_err']:9.2e} {r['ratio']:6.2f}{extra}"
+        )
         worst = max(worst, r["ratio"])
     print(f"worst fused/eager error ratio: {worst:.2f}")
     if args.json:

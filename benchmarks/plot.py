@@ -6,15 +6,24 @@
 One panel per (workload, mode); one group of bars per TF32 setting; one bar per implementation
 (median ms, p10-p90 as error bars, ms printed on top). Needs matplotlib.
 """
+
 import json
 import sys
 
 IMPLS = ["eager", "compile", "autotune", "fused"]
 COLORS = {"eager": "#7f7f7f", "compile": "#1f77b4", "autotune": "#9467bd", "fused": "#d62728"}
-LABELS = {"eager": "eager", "compile": "torch.compile", "autotune": "compile max-autotune",
-          "fused": "fused_ops"}
-WL_ORDER = ["relu_group_norm", "group_norm_mean", "conv_transpose3d_relu_group_norm",
-            "conv3d_group_norm_mean"]
+LABELS = {
+    "eager": "eager",
+    "compile": "torch.compile",
+    "autotune": "compile max-autotune",
+    "fused": "fused_ops",
+}
+WL_ORDER = [
+    "relu_group_norm",
+    "group_norm_mean",
+    "conv_transpose3d_relu_group_norm",
+    "conv3d_group_norm_mean",
+]
 
 
 def make_chart(doc, out_png):
@@ -29,8 +38,9 @@ def make_chart(doc, out_png):
     if not workloads:
         raise ValueError("no successful rows to plot")
     modes = [m for m in ("fwd", "fwdbwd") if any(r["mode"] == m for r in rows)]
-    fig, axes = plt.subplots(len(workloads), len(modes), figsize=(6 * len(modes), 3.0 * len(workloads)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(workloads), len(modes), figsize=(6 * len(modes), 3.0 * len(workloads)), squeeze=False
+    )
     for wi, w in enumerate(workloads):
         for mi, mode in enumerate(modes):
             ax = axes[wi, mi]
@@ -38,8 +48,9 @@ def make_chart(doc, out_png):
             if not wr:
                 ax.axis("off")
                 continue
-            groups = sorted({r["tf32"] for r in wr},
-                            key=lambda t: {"n/a": 0, "on": 1, "off": 2}.get(t, 3))
+            groups = sorted(
+                {r["tf32"] for r in wr}, key=lambda t: {"n/a": 0, "on": 1, "off": 2}.get(t, 3)
+            )
             width = 0.8 / len(IMPLS)
             for j, impl in enumerate(IMPLS):
                 xs, ys, lo, hi = [], [], [], []
@@ -53,8 +64,9 @@ def make_chart(doc, out_png):
                     hi.append(max(0.0, r.get("p90_ms", r["median_ms"]) - r["median_ms"]))
                 if not xs:
                     continue
-                ax.bar(xs, ys, width, yerr=[lo, hi], color=COLORS[impl], label=LABELS[impl],
-                       capsize=2)
+                ax.bar(
+                    xs, ys, width, yerr=[lo, hi], color=COLORS[impl], label=LABELS[impl], capsize=2
+                )
                 for x, y in zip(xs, ys):
                     ax.text(x, y, f"{y:.3g}", ha="center", va="bottom", fontsize=7)
             ax.set_xticks(range(len(groups)))
@@ -64,14 +76,24 @@ def make_chart(doc, out_png):
             # Whiskers (p10-p90) of noisy rows may run off the top: the medians set the scale.
             ax.set_ylim(0, 1.3 * max(r["median_ms"] for r in wr))
     env = doc.get("env", {})
-    fig.suptitle(f"fused_ops benchmark - {env.get('device_name', '?')}, torch {env.get('torch', '?')}"
-                 f", {env.get('date', '')}", fontsize=10)
-    handles, labels = {}, {}
+    fig.suptitle(
+        f"fused_ops benchmark - {env.get('device_name', '?')}, torch {env.get('torch', '?')}"
+        f", {env.get('date', '')}",
+        fontsize=10,
+    )
+    handles = {}
     for ax in axes.flat:
-        for h, l in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(l, h)
-    fig.legend(list(handles.values()), list(handles.keys()), loc="upper center", ncol=4,
-               fontsize=8, bbox_to_anchor=(0.5, 0.975), frameon=False)
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    fig.legend(
+        list(handles.values()),
+        list(handles.keys()),
+        loc="upper center",
+        ncol=4,
+        fontsize=8,
+        bbox_to_anchor=(0.5, 0.975),
+        frameon=False,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(out_png, dpi=110)
     plt.close(fig)

@@ -6,6 +6,7 @@ be explained by where the time goes.
 
     python3 benchmarks/profile_models.py [--only conv3d_group_norm_mean] [--tf32 on,off]
 """
+
 import argparse
 import os
 import sys

@@ -21,7 +21,8 @@
 #elif __has_include(<catch2/catch.hpp>)
 #define FUSED_OPS_CATCH2_V3 0
 #else
-#error "fused_ops tests: Catch2 not found (neither <catch2/catch_test_macros.hpp> nor <catch2/catch.hpp>)"
+#error \
+    "fused_ops tests: Catch2 not found (neither <catch2/catch_test_macros.hpp> nor <catch2/catch.hpp>)"
 #endif
 #else
 #define FUSED_OPS_CATCH2_V3 (FUSED_OPS_CATCH2_MAJOR >= 3)

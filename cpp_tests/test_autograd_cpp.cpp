@@ -17,8 +17,9 @@ const at::Device kCPU(at::kCPU);
 
 // Runs `steps` SGD steps of the mean squared error between forward() and target; returns
 // the loss before each step. Checks that every parameter gets a finite, non-zero gradient.
-std::vector<double> train(const std::function<at::Tensor()>& forward, std::vector<at::Tensor> params,
-                          const at::Tensor& target, int steps, double lr) {
+std::vector<double> train(const std::function<at::Tensor()>& forward,
+                          std::vector<at::Tensor> params, const at::Tensor& target, int steps,
+                          double lr) {
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(lr));
   std::vector<double> losses;
   for (int step = 0; step < steps; ++step) {
@@ -52,7 +53,8 @@ std::vector<at::Tensor> clones(const std::vector<at::Tensor>& ts) {
   return r;
 }
 
-void check_all_changed(const std::vector<at::Tensor>& before, const std::vector<at::Tensor>& after) {
+void check_all_changed(const std::vector<at::Tensor>& before,
+                       const std::vector<at::Tensor>& after) {
   for (size_t i = 0; i < before.size(); ++i) {
     INFO("parameter " << i);
     CHECK_FALSE(at::equal(before[i], after[i].detach()));
@@ -86,15 +88,12 @@ TEST_CASE("C++ training steps (torch::optim::SGD) through the fused operators re
     const ConvParams p = random_conv_params(c, true);
     const ConvParams teacher = random_conv_params(c, true);
     const at::Tensor x = p.input.to(at::kFloat);
-    const at::Tensor target =
-        fused_conv_transpose3d_relu_group_norm(c, x, teacher.weight.to(at::kFloat),
-                                               teacher.conv_bias->to(at::kFloat),
-                                               teacher.gn_weight->to(at::kFloat),
-                                               teacher.gn_bias->to(at::kFloat));
-    const std::vector<at::Tensor> params{leaf(p.weight, at::kFloat, kCPU),
-                                         leaf(*p.conv_bias, at::kFloat, kCPU),
-                                         leaf(*p.gn_weight, at::kFloat, kCPU),
-                                         leaf(*p.gn_bias, at::kFloat, kCPU)};
+    const at::Tensor target = fused_conv_transpose3d_relu_group_norm(
+        c, x, teacher.weight.to(at::kFloat), teacher.conv_bias->to(at::kFloat),
+        teacher.gn_weight->to(at::kFloat), teacher.gn_bias->to(at::kFloat));
+    const std::vector<at::Tensor> params{
+        leaf(p.weight, at::kFloat, kCPU), leaf(*p.conv_bias, at::kFloat, kCPU),
+        leaf(*p.gn_weight, at::kFloat, kCPU), leaf(*p.gn_bias, at::kFloat, kCPU)};
     const auto before = clones(params);
     const auto losses = train(
         [&] {
@@ -110,10 +109,9 @@ TEST_CASE("C++ training steps (torch::optim::SGD) through the fused operators re
     const ConvParams p = random_conv_params(c, false, 0.5);
     const at::Tensor x = p.input.to(at::kFloat);
     const at::Tensor target = at::randn({c.input[0]});
-    const std::vector<at::Tensor> params{leaf(p.weight, at::kFloat, kCPU),
-                                         leaf(*p.conv_bias, at::kFloat, kCPU),
-                                         leaf(*p.gn_weight, at::kFloat, kCPU),
-                                         leaf(*p.gn_bias, at::kFloat, kCPU)};
+    const std::vector<at::Tensor> params{
+        leaf(p.weight, at::kFloat, kCPU), leaf(*p.conv_bias, at::kFloat, kCPU),
+        leaf(*p.gn_weight, at::kFloat, kCPU), leaf(*p.gn_bias, at::kFloat, kCPU)};
     const auto before = clones(params);
     const auto losses = train(
         [&] {
@@ -127,13 +125,11 @@ TEST_CASE("C++ training steps (torch::optim::SGD) through the fused operators re
     for (NormOp op : {NormOp::ReluGroupNorm, NormOp::GroupNormMean}) {
       INFO(norm_op_name(op));
       const at::Tensor x = at::randn({3, 6, 5, 4});
-      const at::Tensor target =
-          fused_norm(op, x, 3, at::randn({6}), at::randn({6}), 1e-5).detach();
+      const at::Tensor target = fused_norm(op, x, 3, at::randn({6}), at::randn({6}), 1e-5).detach();
       const std::vector<at::Tensor> params{leaf(random_gn_weight(6), at::kFloat, kCPU),
                                            leaf(random_gn_bias(6), at::kFloat, kCPU)};
-      const auto losses =
-          train([&] { return fused_norm(op, x, 3, params[0], params[1], 1e-5); }, params,
-                target, 6, 0.2);
+      const auto losses = train([&] { return fused_norm(op, x, 3, params[0], params[1], 1e-5); },
+                                params, target, 6, 0.2);
       check_decreasing(losses);
     }
   }
@@ -157,8 +153,10 @@ TEST_CASE("gradients for every subset of inputs requiring grad and of absent opt
           const at::Tensor x64 = randn64(c.shape);
           const at::Tensor w64 = random_gn_weight(6), b64 = random_gn_bias(6);
           const at::Tensor x = leaf(x64, at::kDouble, kCPU, req & 1);
-          const OptTensor w = has_w ? leaf(OptTensor(w64), at::kDouble, kCPU, req & 2) : c10::nullopt;
-          const OptTensor b = has_b ? leaf(OptTensor(b64), at::kDouble, kCPU, req & 4) : c10::nullopt;
+          const OptTensor w =
+              has_w ? leaf(OptTensor(w64), at::kDouble, kCPU, req & 2) : c10::nullopt;
+          const OptTensor b =
+              has_b ? leaf(OptTensor(b64), at::kDouble, kCPU, req & 4) : c10::nullopt;
           const at::Tensor out = fused_norm(op, x, 3, w, b, 1e-5);
           REQUIRE(out.requires_grad() == (req != 0));
           if (req == 0) continue;
@@ -169,13 +167,26 @@ TEST_CASE("gradients for every subset of inputs requiring grad and of absent opt
           check_close(out, ref, tol_for(at::kDouble), "output");
           std::vector<at::Tensor> wrt, wrt_ref;
           std::vector<std::string> names;
-          if (req & 1) { wrt.push_back(x); wrt_ref.push_back(xr); names.push_back("grad input"); }
-          if (req & 2) { wrt.push_back(*w); wrt_ref.push_back(*wr); names.push_back("grad weight"); }
-          if (req & 4) { wrt.push_back(*b); wrt_ref.push_back(*br); names.push_back("grad bias"); }
+          if (req & 1) {
+            wrt.push_back(x);
+            wrt_ref.push_back(xr);
+            names.push_back("grad input");
+          }
+          if (req & 2) {
+            wrt.push_back(*w);
+            wrt_ref.push_back(*wr);
+            names.push_back("grad weight");
+          }
+          if (req & 4) {
+            wrt.push_back(*b);
+            wrt_ref.push_back(*br);
+            names.push_back("grad bias");
+          }
           const at::Tensor go = randn64(out.sizes().vec());
           const auto g = torch::autograd::grad({out}, wrt, {go}, /*retain_graph=*/true);
           const auto gr = grads_of(ref, go, wrt_ref);
-          for (size_t i = 0; i < g.size(); ++i) check_close(g[i], gr[i], tol_for(at::kDouble), names[i]);
+          for (size_t i = 0; i < g.size(); ++i)
+            check_close(g[i], gr[i], tol_for(at::kDouble), names[i]);
           out.backward(go);
           for (size_t i = 0; i < wrt.size(); ++i) {
             REQUIRE(wrt[i].grad().defined());
@@ -211,9 +222,9 @@ TEST_CASE("gradients for every subset of inputs requiring grad and of absent opt
           const at::Tensor xr = leaf64(p.input), wr = leaf64(p.weight);
           const OptTensor cbr = leaf64(p.conv_bias), gwr = leaf64(p.gn_weight),
                           gbr = leaf64(p.gn_bias);
-          const at::Tensor ref = transposed
-                                     ? ref_conv_transpose3d_relu_group_norm(c, xr, wr, cbr, gwr, gbr)
-                                     : ref_conv3d_group_norm_mean(c, xr, wr, cbr, gwr, gbr);
+          const at::Tensor ref =
+              transposed ? ref_conv_transpose3d_relu_group_norm(c, xr, wr, cbr, gwr, gbr)
+                         : ref_conv3d_group_norm_mean(c, xr, wr, cbr, gwr, gbr);
           const std::vector<at::Tensor> all{x, w, cb.value_or(at::Tensor()),
                                             gw.value_or(at::Tensor()), gb.value_or(at::Tensor())};
           const std::vector<at::Tensor> all_ref{xr, wr, cbr.value_or(at::Tensor()),
@@ -233,7 +244,8 @@ TEST_CASE("gradients for every subset of inputs requiring grad and of absent opt
           const at::Tensor go = randn64(out.sizes().vec());
           const auto g = torch::autograd::grad({out}, wrt, {go}, /*retain_graph=*/true);
           const auto gr = grads_of(ref, go, wrt_ref);
-          for (size_t i = 0; i < g.size(); ++i) check_close(g[i], gr[i], tol_for(at::kDouble), names[i]);
+          for (size_t i = 0; i < g.size(); ++i)
+            check_close(g[i], gr[i], tol_for(at::kDouble), names[i]);
           out.backward(go);
           for (int i = 0; i < 5; ++i) {
             if (!all[i].defined()) continue;
@@ -249,8 +261,10 @@ TEST_CASE("grad mode, inference mode and retain_graph", "[autograd]") {
   const ConvCase c = conv_transpose_cases()[0];
   const ConvParams p = random_conv_params(c, true);
   const at::Tensor x = leaf(p.input, at::kFloat, kCPU), w = leaf(p.weight, at::kFloat, kCPU);
-  const at::Tensor gw = leaf(*p.gn_weight, at::kFloat, kCPU), gb = leaf(*p.gn_bias, at::kFloat, kCPU);
-  const at::Tensor with_grad = fused_conv_transpose3d_relu_group_norm(c, x, w, c10::nullopt, gw, gb);
+  const at::Tensor gw = leaf(*p.gn_weight, at::kFloat, kCPU),
+                   gb = leaf(*p.gn_bias, at::kFloat, kCPU);
+  const at::Tensor with_grad =
+      fused_conv_transpose3d_relu_group_norm(c, x, w, c10::nullopt, gw, gb);
   REQUIRE(with_grad.requires_grad());
   SECTION("NoGradGuard: no graph, same values") {
     at::NoGradGuard no_grad;

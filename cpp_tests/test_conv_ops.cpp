@@ -34,8 +34,7 @@ TEST_CASE("conv_transpose3d_relu_group_norm matches the float64 ATen reference o
   }
 }
 
-TEST_CASE("conv3d_group_norm_mean matches the float64 ATen reference on the CPU",
-          "[conv][cpu]") {
+TEST_CASE("conv3d_group_norm_mean matches the float64 ATen reference on the CPU", "[conv][cpu]") {
   at::manual_seed(11);
   SECTION("float64, tolerance 1e-10") {
     for (const auto& c : conv3d_cases())
@@ -71,18 +70,18 @@ TEST_CASE("conv operators: the models.py default GroupNorm init would hide a bro
   const ConvCase c = conv3d_cases()[0];
   const ConvParams p = random_conv_params(c, false);
   const at::Tensor ones = at::ones({c.c_out}, f64()), zeros = at::zeros({c.c_out}, f64());
-  const at::Tensor default_init = ref_conv3d_group_norm_mean(c, p.input, p.weight, p.conv_bias,
-                                                             ones, zeros);
+  const at::Tensor default_init =
+      ref_conv3d_group_norm_mean(c, p.input, p.weight, p.conv_bias, ones, zeros);
   CHECK(default_init.abs().max().item<double>() < 1e-12);
-  const at::Tensor randomised = ref_conv3d_group_norm_mean(c, p.input, p.weight, p.conv_bias,
-                                                           p.gn_weight, p.gn_bias);
-  const at::Tensor other_input = ref_conv3d_group_norm_mean(
-      c, randn64(c.input), p.weight, p.conv_bias, p.gn_weight, p.gn_bias);
+  const at::Tensor randomised =
+      ref_conv3d_group_norm_mean(c, p.input, p.weight, p.conv_bias, p.gn_weight, p.gn_bias);
+  const at::Tensor other_input = ref_conv3d_group_norm_mean(c, randn64(c.input), p.weight,
+                                                            p.conv_bias, p.gn_weight, p.gn_bias);
   CHECK((randomised - other_input).abs().max().item<double>() > 1e-3);
   // And the fused operator follows the input too (a kernel that skipped the convolution
   // would not).
-  const at::Tensor fused = fused_conv3d_group_norm_mean(c, p.input, p.weight, p.conv_bias,
-                                                        p.gn_weight, p.gn_bias);
+  const at::Tensor fused =
+      fused_conv3d_group_norm_mean(c, p.input, p.weight, p.conv_bias, p.gn_weight, p.gn_bias);
   check_close(fused, randomised, tol_for(at::kDouble), "output");
 }
 
@@ -169,18 +168,21 @@ TEST_CASE("non-contiguous parameters and a broadcast grad_output", "[norm][conv]
       REQUIRE_FALSE(w.is_contiguous());
       const OptTensor gw = strided(*p.gn_weight), gb = strided(*p.gn_bias);
       const OptTensor cb = c.conv_bias ? OptTensor(strided(*p.conv_bias)) : c10::nullopt;
-      const at::Tensor out = transposed ? fused_conv_transpose3d_relu_group_norm(c, x, w, cb, gw, gb)
-                                        : fused_conv3d_group_norm_mean(c, x, w, cb, gw, gb);
+      const at::Tensor out = transposed
+                                 ? fused_conv_transpose3d_relu_group_norm(c, x, w, cb, gw, gb)
+                                 : fused_conv3d_group_norm_mean(c, x, w, cb, gw, gb);
       const at::Tensor xr = leaf64(x), wr = leaf64(w);
       const OptTensor cbr = leaf64(cb), gwr = leaf64(gw), gbr = leaf64(gb);
-      const at::Tensor ref = transposed ? ref_conv_transpose3d_relu_group_norm(c, xr, wr, cbr, gwr, gbr)
-                                        : ref_conv3d_group_norm_mean(c, xr, wr, cbr, gwr, gbr);
+      const at::Tensor ref = transposed
+                                 ? ref_conv_transpose3d_relu_group_norm(c, xr, wr, cbr, gwr, gbr)
+                                 : ref_conv3d_group_norm_mean(c, xr, wr, cbr, gwr, gbr);
       check_close(out, ref, tol, "output");
       const at::Tensor go = randn64(ref.sizes().vec());
       const auto g = grads_of(out, go, grad_inputs({x, w}, {cb, gw, gb}));
       const auto gr = grads_of(ref, go, grad_inputs({xr, wr}, {cbr, gwr, gbr}));
       REQUIRE(g.size() == gr.size());
-      for (size_t i = 0; i < g.size(); ++i) check_close(g[i], gr[i], tol, "grad " + std::to_string(i));
+      for (size_t i = 0; i < g.size(); ++i)
+        check_close(g[i], gr[i], tol, "grad " + std::to_string(i));
     }
   }
 }
@@ -190,15 +192,14 @@ TEST_CASE("debug queries name the kernels a call runs (CPU: ATen's convolution)"
   const ConvCase ct = conv_transpose_cases()[0];
   const ConvParams pt = random_conv_params(ct, true);
   CHECK(fused_ops::api::conv_transpose3d_relu_group_norm_path(
-            pt.input, pt.weight, pt.conv_bias, ct.stride, ct.padding, ct.output_padding,
-            ct.groups, ct.dilation, ct.num_groups, pt.gn_weight, pt.gn_bias, ct.eps) ==
-        "aten -> relu_group_norm");
+            pt.input, pt.weight, pt.conv_bias, ct.stride, ct.padding, ct.output_padding, ct.groups,
+            ct.dilation, ct.num_groups, pt.gn_weight, pt.gn_bias,
+            ct.eps) == "aten -> relu_group_norm");
   const ConvCase c3 = conv3d_cases()[0];
   const ConvParams p3 = random_conv_params(c3, false);
-  CHECK(fused_ops::api::conv3d_group_norm_mean_path(p3.input, p3.weight, p3.conv_bias, c3.stride,
-                                                    c3.padding, c3.dilation, c3.groups,
-                                                    c3.num_groups, p3.gn_weight, p3.gn_bias,
-                                                    c3.eps) == "aten -> group_norm_mean");
+  CHECK(fused_ops::api::conv3d_group_norm_mean_path(
+            p3.input, p3.weight, p3.conv_bias, c3.stride, c3.padding, c3.dilation, c3.groups,
+            c3.num_groups, p3.gn_weight, p3.gn_bias, c3.eps) == "aten -> group_norm_mean");
   const at::Tensor x = randn64({2, 6, 3, 4});
   CHECK(fused_ops::api::relu_group_norm_path(x, 3) == "relu_group_norm");
   CHECK(fused_ops::api::group_norm_mean_path(x, 3) == "group_norm_mean");

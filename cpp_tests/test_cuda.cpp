@@ -54,12 +54,12 @@ class CudnnFlagsGuard {
 std::vector<NormCase> cuda_norm_cases() {
   return {
       {{2, 6, 5, 7}, 3, true, true, 1e-5},
-      {{1, 4, 3, 5, 7}, 4, true, true, 1e-5},   // batch 1, 1 channel per group
-      {{3, 8, 13}, 2, false, false, 1e-5},      // no affine
-      {{2, 6, 9}, 3, true, false, 1e-3},        // weight only
-      {{2, 6, 9}, 1, false, true, 1e-5},        // bias only
-      {{2, 4}, 2, true, true, 1e-5},            // HxW = 1
-      {{2, 16, 33, 35}, 4, true, true, 1e-5},   // 4620-element groups
+      {{1, 4, 3, 5, 7}, 4, true, true, 1e-5},     // batch 1, 1 channel per group
+      {{3, 8, 13}, 2, false, false, 1e-5},        // no affine
+      {{2, 6, 9}, 3, true, false, 1e-3},          // weight only
+      {{2, 6, 9}, 1, false, true, 1e-5},          // bias only
+      {{2, 4}, 2, true, true, 1e-5},              // HxW = 1
+      {{2, 16, 33, 35}, 4, true, true, 1e-5},     // 4620-element groups
       {{3, 32, 9, 11, 13}, 8, true, true, 1e-5},  // 5148-element groups, 24 of them per sample
   };
 }
@@ -119,8 +119,8 @@ TEST_CASE("CUDA: relu_group_norm / group_norm_mean match the float64 reference",
         // Channel counts that group_norm_mean's channels-last kernel reads in place (a
         // multiple of the 16-byte vector), with a mean offset (its shifted sums).
         check_norm_case(op, {{2, 8, 3, 5, 7}, 4}, at::kFloat, kCUDA, layout, cuda_tol(at::kFloat));
-        check_norm_case(op, {{2, 24, 6, 5, 7}, 8}, at::kFloat, kCUDA, layout,
-                        cuda_tol(at::kFloat), 5.0);
+        check_norm_case(op, {{2, 24, 6, 5, 7}, 8}, at::kFloat, kCUDA, layout, cuda_tol(at::kFloat),
+                        5.0);
         check_norm_case(op, {{2, 16, 5, 7}, 4}, at::kHalf, kCUDA, layout, cuda_tol(at::kHalf));
       }
   }
@@ -152,8 +152,8 @@ TEST_CASE("CUDA: relu_group_norm / group_norm_mean match the float64 reference",
     const at::Tensor w64 = random_gn_weight(4), b64 = random_gn_bias(4);
     for (NormOp op : kOps) {
       INFO(norm_op_name(op));
-      const at::Tensor out = fused_norm(op, x64.to(kCUDA, at::kFloat), 2,
-                                        w64.to(kCUDA, at::kFloat), b64.to(kCUDA, at::kFloat), 1e-5)
+      const at::Tensor out = fused_norm(op, x64.to(kCUDA, at::kFloat), 2, w64.to(kCUDA, at::kFloat),
+                                        b64.to(kCUDA, at::kFloat), 1e-5)
                                  .cpu();
       const at::Tensor ref = ref_norm(op, x64, 2, w64, b64, 1e-5);
       CHECK(at::equal(at::isnan(out), at::isnan(ref)));
@@ -221,7 +221,8 @@ TEST_CASE("CUDA: conv operators match the float64 reference", "[cuda][conv]") {
     const ConvParams p = random_conv_params(c, true);
     const at::Tensor x = leaf(p.input, at::kFloat, kCUDA), w = leaf(p.weight, at::kFloat, kCUDA);
     const at::Tensor gw = leaf(*p.gn_weight, at::kFloat, kCUDA);
-    const at::Tensor y = fused_conv_transpose3d_relu_group_norm(c, x, w, c10::nullopt, gw, c10::nullopt);
+    const at::Tensor y =
+        fused_conv_transpose3d_relu_group_norm(c, x, w, c10::nullopt, gw, c10::nullopt);
     REQUIRE(y.sizes().vec() == (Sizes{0, 8, 5, 7, 8}));
     const auto g = grads_of(y, at::empty_like(y), {x, w, gw});
     CHECK(at::equal(g[1], at::zeros_like(w)));
@@ -229,8 +230,10 @@ TEST_CASE("CUDA: conv operators match the float64 reference", "[cuda][conv]") {
     ConvCase c3 = conv3d_cases()[0];
     c3.input[0] = 0;
     const ConvParams p3 = random_conv_params(c3, false);
-    const at::Tensor x3 = leaf(p3.input, at::kFloat, kCUDA), w3 = leaf(p3.weight, at::kFloat, kCUDA);
-    const at::Tensor m = fused_conv3d_group_norm_mean(c3, x3, w3, c10::nullopt, c10::nullopt, c10::nullopt);
+    const at::Tensor x3 = leaf(p3.input, at::kFloat, kCUDA),
+                     w3 = leaf(p3.weight, at::kFloat, kCUDA);
+    const at::Tensor m =
+        fused_conv3d_group_norm_mean(c3, x3, w3, c10::nullopt, c10::nullopt, c10::nullopt);
     REQUIRE(m.sizes().vec() == (Sizes{0}));
     const auto g3 = grads_of(m, at::empty_like(m), {x3, w3});
     CHECK(at::equal(g3[1], at::zeros_like(w3)));
@@ -241,13 +244,14 @@ TEST_CASE("CUDA: conv operators match the float64 reference", "[cuda][conv]") {
     const ConvParams p = random_conv_params(c, false, 0.5);
     const at::Tensor x = p.input.to(kCUDA, at::kFloat);
     const at::Tensor target = at::randn({c.input[0]}, x.options());
-    std::vector<at::Tensor> params{leaf(p.weight, at::kFloat, kCUDA),
-                                   leaf(*p.conv_bias, at::kFloat, kCUDA),
-                                   leaf(*p.gn_weight, at::kFloat, kCUDA),
-                                   leaf(*p.gn_bias, at::kFloat, kCUDA)};
+    std::vector<at::Tensor> params{
+        leaf(p.weight, at::kFloat, kCUDA), leaf(*p.conv_bias, at::kFloat, kCUDA),
+        leaf(*p.gn_weight, at::kFloat, kCUDA), leaf(*p.gn_bias, at::kFloat, kCUDA)};
     auto loss_of = [&] {
       return (fused_conv3d_group_norm_mean(c, x, params[0], params[1], params[2], params[3]) -
-              target).pow(2).mean();
+              target)
+          .pow(2)
+          .mean();
     };
     const at::Tensor loss0 = loss_of();
     const auto grads = torch::autograd::grad({loss0}, params);
@@ -286,8 +290,8 @@ TEST_CASE("CUDA: results are deterministic (two runs bitwise equal)", "[cuda]") 
           const at::Tensor go = op == NormOp::ReluGroupNorm
                                     ? at::randn(shape, x.options().requires_grad(false))
                                     : at::randn({shape[0]}, x.options().requires_grad(false));
-          check_deterministic(std::string(norm_op_name(op)) + " " + dtype_name(dtype) +
-                                  " shape " + to_string(c10::IntArrayRef(shape)),
+          check_deterministic(std::string(norm_op_name(op)) + " " + dtype_name(dtype) + " shape " +
+                                  to_string(c10::IntArrayRef(shape)),
                               [&] {
                                 const at::Tensor out = fused_norm(op, x, 2, w, b, 1e-5);
                                 auto g = grads_of(out, go, {x, w, b});
@@ -305,16 +309,16 @@ TEST_CASE("CUDA: results are deterministic (two runs bitwise equal)", "[cuda]") 
       const OptTensor cb = leaf(p.conv_bias, at::kFloat, kCUDA);
       const at::Tensor gw = leaf(*p.gn_weight, at::kFloat, kCUDA);
       const at::Tensor gb = leaf(*p.gn_bias, at::kFloat, kCUDA);
-      check_deterministic(transposed ? "conv_transpose3d_relu_group_norm" : "conv3d_group_norm_mean",
-                          [&] {
-                            const at::Tensor out =
-                                transposed ? fused_conv_transpose3d_relu_group_norm(c, x, w, cb, gw, gb)
-                                           : fused_conv3d_group_norm_mean(c, x, w, cb, gw, gb);
-                            const at::Tensor go = at::ones_like(out);
-                            auto g = grads_of(out, go, grad_inputs({x, w}, {cb, OptTensor(gw), OptTensor(gb)}));
-                            g.insert(g.begin(), out.detach());
-                            return g;
-                          });
+      check_deterministic(
+          transposed ? "conv_transpose3d_relu_group_norm" : "conv3d_group_norm_mean", [&] {
+            const at::Tensor out = transposed
+                                       ? fused_conv_transpose3d_relu_group_norm(c, x, w, cb, gw, gb)
+                                       : fused_conv3d_group_norm_mean(c, x, w, cb, gw, gb);
+            const at::Tensor go = at::ones_like(out);
+            auto g = grads_of(out, go, grad_inputs({x, w}, {cb, OptTensor(gw), OptTensor(gb)}));
+            g.insert(g.begin(), out.detach());
+            return g;
+          });
     }
   }
 }
@@ -329,19 +333,19 @@ TEST_CASE("CUDA: tensors on mismatched devices are rejected", "[cuda][errors]") 
     REQUIRE_C10_ERROR(fused_ops::api::group_norm_mean(x, 3, c10::nullopt, at::ones({6})),
                       FUSED_CONTAINS("fused::group_norm_mean") &&
                           FUSED_CONTAINS("expected bias on the same device as input"));
-    REQUIRE_C10_ERROR(fused_ops::api::group_norm_mean(x.cpu(), 3, at::ones({6}, x.options()), c10::nullopt),
-                      FUSED_CONTAINS("fused::group_norm_mean") &&
-                          FUSED_CONTAINS("expected weight on the same device as input"));
+    REQUIRE_C10_ERROR(
+        fused_ops::api::group_norm_mean(x.cpu(), 3, at::ones({6}, x.options()), c10::nullopt),
+        FUSED_CONTAINS("fused::group_norm_mean") &&
+            FUSED_CONTAINS("expected weight on the same device as input"));
   }
   SECTION("conv operators: CPU conv weight / gn_weight with a CUDA input") {
     const at::Tensor x5 = at::randn({2, 4, 3, 4, 5}, x.options());
     const at::Tensor w = at::randn({4, 4, 3, 3, 3});
-    REQUIRE_C10_ERROR(
-        fused_ops::api::conv_transpose3d_relu_group_norm(x5, w, c10::nullopt, {1, 1, 1}, {0, 0, 0},
-                                                         {0, 0, 0}, 1, {1, 1, 1}, 2, c10::nullopt,
-                                                         c10::nullopt, 1e-5),
-        FUSED_CONTAINS("fused::conv_transpose3d_relu_group_norm") &&
-            FUSED_CONTAINS("expected weight on the same device as input"));
+    REQUIRE_C10_ERROR(fused_ops::api::conv_transpose3d_relu_group_norm(
+                          x5, w, c10::nullopt, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}, 1, {1, 1, 1}, 2,
+                          c10::nullopt, c10::nullopt, 1e-5),
+                      FUSED_CONTAINS("fused::conv_transpose3d_relu_group_norm") &&
+                          FUSED_CONTAINS("expected weight on the same device as input"));
     REQUIRE_C10_ERROR(
         fused_ops::api::conv3d_group_norm_mean(x5, w.to(kCUDA), c10::nullopt, {1, 1, 1}, {1, 1, 1},
                                                {1, 1, 1}, 1, 2, at::ones({4}), c10::nullopt, 1e-5),
@@ -350,8 +354,8 @@ TEST_CASE("CUDA: tensors on mismatched devices are rejected", "[cuda][errors]") 
   }
   SECTION("internal backward: statistics on the CPU") {
     const at::Tensor stats = at::zeros({2, 3});
-    REQUIRE_C10_ERROR(fused_ops::api::_relu_group_norm_backward(x, x, stats, stats, 3,
-                                                                c10::nullopt, {true, true, true}),
+    REQUIRE_C10_ERROR(fused_ops::api::_relu_group_norm_backward(x, x, stats, stats, 3, c10::nullopt,
+                                                                {true, true, true}),
                       FUSED_CONTAINS("fused::relu_group_norm (backward)") &&
                           FUSED_CONTAINS("expected mean on device"));
   }

@@ -88,16 +88,15 @@ CtArgs ct_args(const Opts& o) {
 }
 
 void call_ct(const CtArgs& a) {
-  fused_ops::api::conv_transpose3d_relu_group_norm(a.input, a.weight, a.conv_bias, a.stride,
-                                                   a.padding, a.output_padding, a.groups,
-                                                   a.dilation, a.num_groups, a.gn_weight,
-                                                   a.gn_bias, a.eps);
+  fused_ops::api::conv_transpose3d_relu_group_norm(
+      a.input, a.weight, a.conv_bias, a.stride, a.padding, a.output_padding, a.groups, a.dilation,
+      a.num_groups, a.gn_weight, a.gn_bias, a.eps);
 }
 
 void call_cv(const CtArgs& a) {
   fused_ops::api::conv3d_group_norm_mean(a.input, a.weight, a.conv_bias, a.stride, a.padding,
-                                         a.dilation, a.groups, a.num_groups, a.gn_weight,
-                                         a.gn_bias, a.eps);
+                                         a.dilation, a.groups, a.num_groups, a.gn_weight, a.gn_bias,
+                                         a.eps);
 }
 
 ErrorCase ct_case(std::string what, std::string expectation,
@@ -129,15 +128,13 @@ std::vector<ErrorCase> conv_error_cases() {
                          [](CtArgs& a, const Opts& o) { a.input = empty({2, 4, 3, 4}, o); }));
     cases.push_back(make("4-d conv weight", "expected a 5-d weight",
                          [](CtArgs& a, const Opts& o) { a.weight = empty({4, 4, 3, 3}, o); }));
-    cases.push_back(make("integer input", "expected input of a floating dtype",
-                         [](CtArgs& a, const Opts& o) {
-                           a.input = empty(a.input.sizes().vec(), o.dtype(at::kInt));
-                         }));
-    cases.push_back(make("conv weight of another dtype",
-                         "expected weight to have the same dtype as input",
-                         [](CtArgs& a, const Opts& o) {
-                           a.weight = empty({4, 4, 3, 3, 3}, o.dtype(at::kDouble));
-                         }));
+    cases.push_back(
+        make("integer input", "expected input of a floating dtype", [](CtArgs& a, const Opts& o) {
+          a.input = empty(a.input.sizes().vec(), o.dtype(at::kInt));
+        }));
+    cases.push_back(make(
+        "conv weight of another dtype", "expected weight to have the same dtype as input",
+        [](CtArgs& a, const Opts& o) { a.weight = empty({4, 4, 3, 3, 3}, o.dtype(at::kDouble)); }));
     cases.push_back(make("negative padding", "expected padding >= 0",
                          [](CtArgs& a, const Opts&) { a.padding = {0, -1, 0}; }));
     cases.push_back(make("stride 0", "expected stride > 0",
@@ -146,29 +143,25 @@ std::vector<ErrorCase> conv_error_cases() {
                          [](CtArgs& a, const Opts&) { a.dilation = {0, 1, 1}; }));
     cases.push_back(make("stride with 2 entries", "expected stride to have 3 entries",
                          [](CtArgs& a, const Opts&) { a.stride = {1, 1}; }));
-    cases.push_back(make("groups 0", "expected groups > 0",
-                         [](CtArgs& a, const Opts&) { a.groups = 0; }));
+    cases.push_back(
+        make("groups 0", "expected groups > 0", [](CtArgs& a, const Opts&) { a.groups = 0; }));
     cases.push_back(make("conv_bias of the wrong shape", "expected conv_bias of shape (4,)",
                          [](CtArgs& a, const Opts& o) { a.conv_bias = empty({3}, o); }));
-    cases.push_back(make("conv_bias of another dtype",
-                         "expected conv_bias to have the same dtype as input",
-                         [](CtArgs& a, const Opts& o) {
-                           a.conv_bias = empty({4}, o.dtype(at::kDouble));
-                         }));
+    cases.push_back(
+        make("conv_bias of another dtype", "expected conv_bias to have the same dtype as input",
+             [](CtArgs& a, const Opts& o) { a.conv_bias = empty({4}, o.dtype(at::kDouble)); }));
     cases.push_back(make("gn_weight of the wrong shape", "expected gn_weight of shape (4,)",
                          [](CtArgs& a, const Opts& o) { a.gn_weight = empty({8}, o); }));
     cases.push_back(make("gn_bias of the wrong shape", "expected gn_bias of shape (4,)",
                          [](CtArgs& a, const Opts& o) { a.gn_bias = empty({1, 4}, o); }));
-    cases.push_back(make("gn_weight of another dtype",
-                         "expected gn_weight to have the same dtype as input",
-                         [](CtArgs& a, const Opts& o) {
-                           a.gn_weight = empty({4}, o.dtype(at::kBFloat16));
-                         }));
+    cases.push_back(
+        make("gn_weight of another dtype", "expected gn_weight to have the same dtype as input",
+             [](CtArgs& a, const Opts& o) { a.gn_weight = empty({4}, o.dtype(at::kBFloat16)); }));
     cases.push_back(make("C_out not divisible by num_groups",
                          "expected the number of channels (4) to be divisible by num_groups (3)",
                          [](CtArgs& a, const Opts&) { a.num_groups = 3; }));
-    cases.push_back(make("negative eps", "expected eps >= 0",
-                         [](CtArgs& a, const Opts&) { a.eps = -1e-5; }));
+    cases.push_back(
+        make("negative eps", "expected eps >= 0", [](CtArgs& a, const Opts&) { a.eps = -1e-5; }));
     cases.push_back(make("empty spatial input dim", "expected non-empty spatial dimensions",
                          [](CtArgs& a, const Opts& o) {
                            auto s = a.input.sizes().vec();
@@ -188,9 +181,11 @@ std::vector<ErrorCase> conv_error_cases() {
   cases.push_back(ct_case("conv weight whose first dim is not C_in",
                           "expected weight of shape (C_in=4, C_out/groups, kD, kH, kW)",
                           [](CtArgs& a, const Opts& o) { a.weight = empty({3, 4, 3, 3, 3}, o); }));
-  cases.push_back(ct_case("C_in not divisible by groups", "expected C_in (4) to be divisible by groups (3)",
+  cases.push_back(ct_case("C_in not divisible by groups",
+                          "expected C_in (4) to be divisible by groups (3)",
                           [](CtArgs& a, const Opts&) { a.groups = 3; }));
-  cases.push_back(ct_case("output_padding with 2 entries", "expected output_padding to have 3 entries",
+  cases.push_back(ct_case("output_padding with 2 entries",
+                          "expected output_padding to have 3 entries",
                           [](CtArgs& a, const Opts&) { a.output_padding = {0, 0}; }));
   // Forward only.
   cases.push_back(cv_case("conv weight whose second dim is not C_in / groups",
@@ -200,7 +195,8 @@ std::vector<ErrorCase> conv_error_cases() {
                             a.weight = empty({4, 4, 3, 3, 3}, o);
                             a.groups = 2;
                           }));
-  cases.push_back(cv_case("C_out not divisible by groups", "expected C_out (5) to be divisible by groups (2)",
+  cases.push_back(cv_case("C_out not divisible by groups",
+                          "expected C_out (5) to be divisible by groups (2)",
                           [](CtArgs& a, const Opts& o) {
                             a.weight = empty({5, 2, 3, 3, 3}, o);
                             a.groups = 2;
@@ -245,12 +241,12 @@ TEST_CASE("relu_group_norm / group_norm_mean reject bad arguments with clear mes
     for (const char* op : {kRgn, kGnm}) {
       INFO(op);
       const at::Tensor x = at::randn({2, 6, 5});
-      REQUIRE_C10_ERROR(norm(op, x, 3, at::empty({6}, at::kMeta), c10::nullopt),
-                        FUSED_CONTAINS(op) &&
-                            FUSED_CONTAINS("expected weight on the same device as input"));
-      REQUIRE_C10_ERROR(norm(op, x, 3, c10::nullopt, at::empty({6}, at::kMeta)),
-                        FUSED_CONTAINS(op) &&
-                            FUSED_CONTAINS("expected bias on the same device as input"));
+      REQUIRE_C10_ERROR(
+          norm(op, x, 3, at::empty({6}, at::kMeta), c10::nullopt),
+          FUSED_CONTAINS(op) && FUSED_CONTAINS("expected weight on the same device as input"));
+      REQUIRE_C10_ERROR(
+          norm(op, x, 3, c10::nullopt, at::empty({6}, at::kMeta)),
+          FUSED_CONTAINS(op) && FUSED_CONTAINS("expected bias on the same device as input"));
     }
   }
 }
@@ -274,9 +270,11 @@ TEST_CASE("conv operators reject bad arguments with clear messages", "[errors]")
     a.input = at::randn({2, 4, 3, 4, 5}).requires_grad_();
     a.weight = at::randn({4, 4, 3, 3, 3}).requires_grad_();
     a.gn_weight = at::randn({3}).requires_grad_();
-    REQUIRE_C10_ERROR(call_ct(a), FUSED_CONTAINS(kCt) && FUSED_CONTAINS("expected gn_weight of shape (4,)"));
+    REQUIRE_C10_ERROR(call_ct(a),
+                      FUSED_CONTAINS(kCt) && FUSED_CONTAINS("expected gn_weight of shape (4,)"));
     a.input = at::randn({2, 4, 5, 6, 7}).requires_grad_();
-    REQUIRE_C10_ERROR(call_cv(a), FUSED_CONTAINS(kCv) && FUSED_CONTAINS("expected gn_weight of shape (4,)"));
+    REQUIRE_C10_ERROR(call_cv(a),
+                      FUSED_CONTAINS(kCv) && FUSED_CONTAINS("expected gn_weight of shape (4,)"));
     a.gn_weight = at::randn({4}).requires_grad_();
     a.padding = {-1, 0, 0};
     REQUIRE_C10_ERROR(call_cv(a), FUSED_CONTAINS(kCv) && FUSED_CONTAINS("expected padding >= 0"));
@@ -301,16 +299,19 @@ TEST_CASE("conv operators reject bad arguments with clear messages", "[errors]")
                                      FUSED_CONTAINS("expected weight on the same device as input"));
       a = base();
       a.conv_bias = at::empty({4}, at::kMeta);
-      REQUIRE_C10_ERROR(call(a), FUSED_CONTAINS(op) &&
-                                     FUSED_CONTAINS("expected conv_bias on the same device as input"));
+      REQUIRE_C10_ERROR(
+          call(a),
+          FUSED_CONTAINS(op) && FUSED_CONTAINS("expected conv_bias on the same device as input"));
       a = base();
       a.gn_weight = at::empty({4}, at::kMeta);
-      REQUIRE_C10_ERROR(call(a), FUSED_CONTAINS(op) &&
-                                     FUSED_CONTAINS("expected gn_weight on the same device as input"));
+      REQUIRE_C10_ERROR(
+          call(a),
+          FUSED_CONTAINS(op) && FUSED_CONTAINS("expected gn_weight on the same device as input"));
       a = base();
       a.gn_bias = at::empty({4}, at::kMeta);
-      REQUIRE_C10_ERROR(call(a), FUSED_CONTAINS(op) &&
-                                     FUSED_CONTAINS("expected gn_bias on the same device as input"));
+      REQUIRE_C10_ERROR(
+          call(a),
+          FUSED_CONTAINS(op) && FUSED_CONTAINS("expected gn_bias on the same device as input"));
     }
   }
 }
@@ -322,32 +323,30 @@ TEST_CASE("internal backward operators check the saved tensors", "[errors]") {
   const std::array<bool, 3> all{true, true, true};
   SECTION("_relu_group_norm_backward") {
     const char* op = "fused::relu_group_norm (backward)";
-    REQUIRE_C10_ERROR(
-        fused_ops::api::_relu_group_norm_backward(at::randn({2, 6, 4}), x, stats, stats, 3,
-                                                  c10::nullopt, all),
-        FUSED_CONTAINS(op) && FUSED_CONTAINS("expected grad_output of shape"));
-    REQUIRE_C10_ERROR(fused_ops::api::_relu_group_norm_backward(go, x, at::zeros({2, 2}), stats,
-                                                                3, c10::nullopt, all),
-                      FUSED_CONTAINS(op) && FUSED_CONTAINS("expected mean of shape (2, 3)"));
-    REQUIRE_C10_ERROR(
-        fused_ops::api::_relu_group_norm_backward(go, x, stats, stats.to(at::kDouble), 3,
-                                                  c10::nullopt, all),
-        FUSED_CONTAINS(op) && FUSED_CONTAINS("expected rstd of dtype Float"));
-    REQUIRE_C10_ERROR(fused_ops::api::_relu_group_norm_backward(go.to(at::kDouble), x, stats,
+    REQUIRE_C10_ERROR(fused_ops::api::_relu_group_norm_backward(at::randn({2, 6, 4}), x, stats,
                                                                 stats, 3, c10::nullopt, all),
+                      FUSED_CONTAINS(op) && FUSED_CONTAINS("expected grad_output of shape"));
+    REQUIRE_C10_ERROR(fused_ops::api::_relu_group_norm_backward(go, x, at::zeros({2, 2}), stats, 3,
+                                                                c10::nullopt, all),
+                      FUSED_CONTAINS(op) && FUSED_CONTAINS("expected mean of shape (2, 3)"));
+    REQUIRE_C10_ERROR(fused_ops::api::_relu_group_norm_backward(go, x, stats, stats.to(at::kDouble),
+                                                                3, c10::nullopt, all),
+                      FUSED_CONTAINS(op) && FUSED_CONTAINS("expected rstd of dtype Float"));
+    REQUIRE_C10_ERROR(fused_ops::api::_relu_group_norm_backward(go.to(at::kDouble), x, stats, stats,
+                                                                3, c10::nullopt, all),
                       FUSED_CONTAINS(op) &&
                           FUSED_CONTAINS("expected grad_output to have the same dtype as input"));
   }
   SECTION("_group_norm_mean_backward") {
     const char* op = "fused::group_norm_mean (backward)";
     const at::Tensor cm = at::zeros({2, 6});
-    REQUIRE_C10_ERROR(fused_ops::api::_group_norm_mean_backward(go, x, stats, stats, cm, 3,
-                                                                c10::nullopt, all),
-                      FUSED_CONTAINS(op) && FUSED_CONTAINS("expected grad_output of shape [2]"));
-    REQUIRE_C10_ERROR(fused_ops::api::_group_norm_mean_backward(at::randn({2}), x, stats, stats,
-                                                                at::zeros({2, 3}), 3,
-                                                                c10::nullopt, all),
-                      FUSED_CONTAINS(op) && FUSED_CONTAINS("expected channel_mean of shape (2, 6)"));
+    REQUIRE_C10_ERROR(
+        fused_ops::api::_group_norm_mean_backward(go, x, stats, stats, cm, 3, c10::nullopt, all),
+        FUSED_CONTAINS(op) && FUSED_CONTAINS("expected grad_output of shape [2]"));
+    REQUIRE_C10_ERROR(
+        fused_ops::api::_group_norm_mean_backward(at::randn({2}), x, stats, stats,
+                                                  at::zeros({2, 3}), 3, c10::nullopt, all),
+        FUSED_CONTAINS(op) && FUSED_CONTAINS("expected channel_mean of shape (2, 6)"));
   }
 }
 
@@ -391,7 +390,8 @@ TEST_CASE("Meta kernels return the right shapes and dtypes", "[meta]") {
       CHECK(m.is_meta());
       CHECK(m.sizes().vec() == (Sizes{3}));
       CHECK(m.scalar_type() == dtype);
-      CHECK(fused_ops::api::group_norm_mean(at::empty({0, 6, 4}, o), 2).sizes().vec() == (Sizes{0}));
+      CHECK(fused_ops::api::group_norm_mean(at::empty({0, 6, 4}, o), 2).sizes().vec() ==
+            (Sizes{0}));
     }
   }
   SECTION("internal forward and backward operators") {
@@ -413,8 +413,8 @@ TEST_CASE("Meta kernels return the right shapes and dtypes", "[meta]") {
       CHECK(cm.sizes().vec() == (Sizes{3, 6}));
       CHECK(cm.scalar_type() == stats);
 
-      auto [gx, gw, gb] = fused_ops::api::_relu_group_norm_backward(y, x, mean, rstd, 2, w,
-                                                                    {true, true, false});
+      auto [gx, gw, gb] =
+          fused_ops::api::_relu_group_norm_backward(y, x, mean, rstd, 2, w, {true, true, false});
       CHECK(gx.sizes().vec() == (Sizes{3, 6, 5, 7}));
       CHECK(gx.scalar_type() == dtype);
       CHECK(gw.sizes().vec() == (Sizes{6}));
@@ -449,9 +449,9 @@ TEST_CASE("Meta kernels return the right shapes and dtypes", "[meta]") {
       for (auto dtype : dtypes) {
         const Opts o = at::TensorOptions().dtype(dtype).device(at::kMeta);
         const ConvParams p = random_conv_params(c, false);
-        const at::Tensor y = fused_conv3d_group_norm_mean(
-            c, at::empty(c.input, o), at::empty(p.weight.sizes(), o), c10::nullopt, c10::nullopt,
-            c10::nullopt);
+        const at::Tensor y =
+            fused_conv3d_group_norm_mean(c, at::empty(c.input, o), at::empty(p.weight.sizes(), o),
+                                         c10::nullopt, c10::nullopt, c10::nullopt);
         CHECK(y.is_meta());
         CHECK(y.scalar_type() == dtype);
         CHECK(y.sizes().vec() == (Sizes{c.input[0]}));
@@ -462,17 +462,16 @@ TEST_CASE("Meta kernels return the right shapes and dtypes", "[meta]") {
     for (const auto& c : conv_transpose_cases()) {
       INFO(describe(c));
       const ConvParams p = random_conv_params(c, true);
-      const at::Tensor cpu = fused_conv_transpose3d_relu_group_norm(c, p.input, p.weight,
-                                                                    p.conv_bias, p.gn_weight,
-                                                                    p.gn_bias);
+      const at::Tensor cpu = fused_conv_transpose3d_relu_group_norm(
+          c, p.input, p.weight, p.conv_bias, p.gn_weight, p.gn_bias);
       const at::Tensor meta = fused_conv_transpose3d_relu_group_norm(
           c, p.input.to(at::kMeta), p.weight.to(at::kMeta),
           p.conv_bias ? OptTensor(p.conv_bias->to(at::kMeta)) : c10::nullopt,
           p.gn_weight ? OptTensor(p.gn_weight->to(at::kMeta)) : c10::nullopt,
           p.gn_bias ? OptTensor(p.gn_bias->to(at::kMeta)) : c10::nullopt);
-      const at::Tensor aten = at::conv_transpose3d(p.input, p.weight, p.conv_bias, c.stride,
-                                                   c.padding, c.output_padding, c.groups,
-                                                   c.dilation);
+      const at::Tensor aten =
+          at::conv_transpose3d(p.input, p.weight, p.conv_bias, c.stride, c.padding,
+                               c.output_padding, c.groups, c.dilation);
       CHECK(cpu.sizes().vec() == meta.sizes().vec());
       CHECK(cpu.sizes().vec() == aten.sizes().vec());
     }
@@ -500,8 +499,8 @@ TEST_CASE("Meta kernels return the strides the CPU kernels return (what torch.co
       CHECK(y2.strides().vec() == y2m.strides().vec());
       CHECK(mean.strides().vec() == meanm.strides().vec());
       const at::Tensor go = with_layout(at::randn({2, 6, 3, 4, 5}), layout);
-      auto [gx, gw, gb] = fused_ops::api::_relu_group_norm_backward(go, x, mean, rstd, 3, w,
-                                                                    {true, true, true});
+      auto [gx, gw, gb] =
+          fused_ops::api::_relu_group_norm_backward(go, x, mean, rstd, 3, w, {true, true, true});
       auto [gxm, gwm, gbm] = fused_ops::api::_relu_group_norm_backward(
           meta_like(go), xm, meta_like(mean), meta_like(rstd), 3, wm, {true, true, true});
       CHECK(gx.sizes().vec() == gxm.sizes().vec());

@@ -14,13 +14,13 @@ const at::Device kCPU(at::kCPU);
 // 2-d to 5-d inputs, every affine combination, two eps values.
 std::vector<NormCase> norm_cases() {
   return {
-      {{2, 6, 5, 7}, 3, true, true, 1e-5},      // 2 channels per group, HxW = 35
-      {{1, 4, 3, 5, 7}, 4, true, true, 1e-5},   // batch 1, 1 channel per group, 5-d
-      {{3, 8, 13}, 2, false, false, 1e-5},      // no affine, 3-d
-      {{2, 6, 9}, 3, true, false, 1e-3},        // weight only, eps 1e-3
-      {{2, 6, 9}, 1, false, true, 1e-5},        // bias only, a single group
-      {{2, 4}, 2, true, true, 1e-5},            // 2-d input (HxW = 1)
-      {{2, 16, 33, 35}, 4, true, true, 1e-5},   // larger groups (4620 elements)
+      {{2, 6, 5, 7}, 3, true, true, 1e-5},     // 2 channels per group, HxW = 35
+      {{1, 4, 3, 5, 7}, 4, true, true, 1e-5},  // batch 1, 1 channel per group, 5-d
+      {{3, 8, 13}, 2, false, false, 1e-5},     // no affine, 3-d
+      {{2, 6, 9}, 3, true, false, 1e-3},       // weight only, eps 1e-3
+      {{2, 6, 9}, 1, false, true, 1e-5},       // bias only, a single group
+      {{2, 4}, 2, true, true, 1e-5},           // 2-d input (HxW = 1)
+      {{2, 16, 33, 35}, 4, true, true, 1e-5},  // larger groups (4620 elements)
   };
 }
 
@@ -172,8 +172,8 @@ TEST_CASE("NaN in the input propagates like the reference", "[norm][cpu]") {
   const at::Tensor w64 = random_gn_weight(4), b64 = random_gn_bias(4);
   for (NormOp op : kOps) {
     INFO(norm_op_name(op));
-    const at::Tensor out = fused_norm(op, x64.to(at::kFloat), 2, w64.to(at::kFloat),
-                                      b64.to(at::kFloat), 1e-5);
+    const at::Tensor out =
+        fused_norm(op, x64.to(at::kFloat), 2, w64.to(at::kFloat), b64.to(at::kFloat), 1e-5);
     const at::Tensor ref = ref_norm(op, x64, 2, w64, b64, 1e-5);
     const at::Tensor nan_out = at::isnan(out), nan_ref = at::isnan(ref);
     REQUIRE(nan_ref.any().item<bool>());

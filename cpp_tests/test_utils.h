@@ -85,11 +85,10 @@ inline void check_close(const at::Tensor& actual, const at::Tensor& expected, To
   const double scale = e.abs().max().item<double>();
   const double bound =
       std::max(tol.atol + tol.rtol * std::max(scale, scale_hint), 2.0 * baseline_err);
-  INFO("max |actual - expected| = " << err << ", max |expected| = " << scale
-                                    << ", scale hint = " << scale_hint
-                                    << ", error of the unfused ATen composite in this dtype = "
-                                    << baseline_err << ", bound = " << bound << " (rtol "
-                                    << tol.rtol << ", atol " << tol.atol << ")");
+  INFO("max |actual - expected| = "
+       << err << ", max |expected| = " << scale << ", scale hint = " << scale_hint
+       << ", error of the unfused ATen composite in this dtype = " << baseline_err
+       << ", bound = " << bound << " (rtol " << tol.rtol << ", atol " << tol.atol << ")");
   if (std::getenv("FUSED_OPS_TESTS_VERBOSE") != nullptr) {
     // Headroom report: FUSED_OPS_TESTS_VERBOSE=1 fused_ops_tests ...
     const double strict = tol.atol + tol.rtol * std::max(scale, scale_hint);
@@ -190,7 +189,7 @@ inline at::Tensor ref_group_norm_mean(const at::Tensor& x, int64_t G, const OptT
 // A 3-d convolution + GroupNorm problem (one parameter set of the conv operators).
 struct ConvCase {
   std::string name;
-  Sizes input;                      // (N, C_in, D, H, W)
+  Sizes input;  // (N, C_in, D, H, W)
   int64_t c_out;
   std::array<int64_t, 3> kernel;
   std::array<int64_t, 3> stride{1, 1, 1};
@@ -211,15 +210,16 @@ struct ConvParams {
   OptTensor conv_bias, gn_weight, gn_bias;
 };
 
-inline ConvParams random_conv_params(const ConvCase& c, bool transposed, double input_offset = 0.0) {
+inline ConvParams random_conv_params(const ConvCase& c, bool transposed,
+                                     double input_offset = 0.0) {
   ConvParams p;
   const int64_t c_in = c.input[1];
   p.input = randn64(c.input, 1.0, input_offset);
-  const Sizes w_sizes = transposed
-                            ? Sizes{c_in, c.c_out / c.groups, c.kernel[0], c.kernel[1], c.kernel[2]}
-                            : Sizes{c.c_out, c_in / c.groups, c.kernel[0], c.kernel[1], c.kernel[2]};
-  const int64_t fan_in = (transposed ? c.c_out / c.groups : c_in / c.groups) * c.kernel[0] *
-                         c.kernel[1] * c.kernel[2];
+  const Sizes w_sizes =
+      transposed ? Sizes{c_in, c.c_out / c.groups, c.kernel[0], c.kernel[1], c.kernel[2]}
+                 : Sizes{c.c_out, c_in / c.groups, c.kernel[0], c.kernel[1], c.kernel[2]};
+  const int64_t fan_in =
+      (transposed ? c.c_out / c.groups : c_in / c.groups) * c.kernel[0] * c.kernel[1] * c.kernel[2];
   p.weight = randn64(w_sizes, 1.0 / std::sqrt(static_cast<double>(fan_in)));
   if (c.conv_bias) p.conv_bias = randn64({c.c_out}, 0.5);
   if (c.gn_weight) p.gn_weight = random_gn_weight(c.c_out);
@@ -230,8 +230,8 @@ inline ConvParams random_conv_params(const ConvCase& c, bool transposed, double 
 inline at::Tensor ref_conv_transpose3d_relu_group_norm(const ConvCase& c, const at::Tensor& x,
                                                        const at::Tensor& w, const OptTensor& cb,
                                                        const OptTensor& gw, const OptTensor& gb) {
-  const at::Tensor y = at::conv_transpose3d(x, w, cb, c.stride, c.padding, c.output_padding,
-                                            c.groups, c.dilation);
+  const at::Tensor y =
+      at::conv_transpose3d(x, w, cb, c.stride, c.padding, c.output_padding, c.groups, c.dilation);
   return ref_group_norm(at::relu(y), c.num_groups, gw, gb, c.eps);
 }
 
@@ -244,8 +244,7 @@ inline at::Tensor ref_conv3d_group_norm_mean(const ConvCase& c, const at::Tensor
 
 inline at::Tensor fused_conv_transpose3d_relu_group_norm(const ConvCase& c, const at::Tensor& x,
                                                          const at::Tensor& w, const OptTensor& cb,
-                                                         const OptTensor& gw,
-                                                         const OptTensor& gb) {
+                                                         const OptTensor& gw, const OptTensor& gb) {
   return fused_ops::api::conv_transpose3d_relu_group_norm(x, w, cb, c.stride, c.padding,
                                                           c.output_padding, c.groups, c.dilation,
                                                           c.num_groups, gw, gb, c.eps);
@@ -254,8 +253,8 @@ inline at::Tensor fused_conv_transpose3d_relu_group_norm(const ConvCase& c, cons
 inline at::Tensor fused_conv3d_group_norm_mean(const ConvCase& c, const at::Tensor& x,
                                                const at::Tensor& w, const OptTensor& cb,
                                                const OptTensor& gw, const OptTensor& gb) {
-  return fused_ops::api::conv3d_group_norm_mean(x, w, cb, c.stride, c.padding, c.dilation,
-                                                c.groups, c.num_groups, gw, gb, c.eps);
+  return fused_ops::api::conv3d_group_norm_mean(x, w, cb, c.stride, c.padding, c.dilation, c.groups,
+                                                c.num_groups, gw, gb, c.eps);
 }
 
 // Input layouts the operators must accept.
@@ -325,8 +324,7 @@ struct NormCase {
 inline std::string describe(const NormCase& c) {
   std::ostringstream os;
   os << "shape " << c10::IntArrayRef(c.shape) << ", num_groups " << c.num_groups << ", weight "
-     << (c.weight ? "yes" : "none") << ", bias " << (c.bias ? "yes" : "none") << ", eps "
-     << c.eps;
+     << (c.weight ? "yes" : "none") << ", bias " << (c.bias ? "yes" : "none") << ", eps " << c.eps;
   return os.str();
 }
 
@@ -349,11 +347,11 @@ inline at::Tensor ref_norm(NormOp op, const at::Tensor& x, int64_t G, const OptT
 // float64, the unfused ATen composite is also run in `dtype` on `device`, and the fused
 // operator must be within tolerance of the float64 reference or no worse than twice that
 // composite's error (check_close).
-inline void check_norm_case(NormOp op, const NormCase& c, at::ScalarType dtype,
-                            at::Device device, Layout layout, Tol tol, double input_offset = 0.0,
+inline void check_norm_case(NormOp op, const NormCase& c, at::ScalarType dtype, at::Device device,
+                            Layout layout, Tol tol, double input_offset = 0.0,
                             Layout grad_layout = Layout::Contiguous) {
-  INFO(norm_op_name(op) << ": " << describe(c) << ", " << dtype_name(dtype) << ", "
-                        << device << ", input " << layout_name(layout) << ", grad_output "
+  INFO(norm_op_name(op) << ": " << describe(c) << ", " << dtype_name(dtype) << ", " << device
+                        << ", input " << layout_name(layout) << ", grad_output "
                         << layout_name(grad_layout) << ", input offset " << input_offset);
   const int64_t C = c.shape[1];
   const at::Tensor x64 = randn64(c.shape, 1.0, input_offset);
@@ -385,9 +383,9 @@ inline void check_norm_case(NormOp op, const NormCase& c, at::ScalarType dtype,
     const OptTensor wa = leaf(w, dtype, device), ba = leaf(b, dtype, device);
     const at::Tensor outa = ref_norm(op, xa, c.num_groups, wa, ba, c.eps);
     auto error = [](const at::Tensor& a, const at::Tensor& e) {
-      return e.numel() == 0 ? 0.0
-                            : (a.detach().cpu().to(at::kDouble) - e.detach()).abs().max()
-                                  .item<double>();
+      return e.numel() == 0
+                 ? 0.0
+                 : (a.detach().cpu().to(at::kDouble) - e.detach()).abs().max().item<double>();
     };
     baseline[0] = error(outa, ref);
     const auto grads_a = grads_of(outa, ga, grad_inputs({xa}, {wa, ba}));
@@ -426,12 +424,12 @@ inline void check_norm_case(NormOp op, const NormCase& c, at::ScalarType dtype,
 
 inline std::string describe(const ConvCase& c) {
   std::ostringstream os;
-  os << c.name << ": input " << c10::IntArrayRef(c.input) << ", C_out " << c.c_out
-     << ", kernel " << c10::IntArrayRef(c.kernel) << ", stride " << c10::IntArrayRef(c.stride)
-     << ", padding " << c10::IntArrayRef(c.padding) << ", output_padding "
-     << c10::IntArrayRef(c.output_padding) << ", dilation " << c10::IntArrayRef(c.dilation)
-     << ", groups " << c.groups << ", num_groups " << c.num_groups << ", conv_bias "
-     << c.conv_bias << ", gn_weight " << c.gn_weight << ", gn_bias " << c.gn_bias;
+  os << c.name << ": input " << c10::IntArrayRef(c.input) << ", C_out " << c.c_out << ", kernel "
+     << c10::IntArrayRef(c.kernel) << ", stride " << c10::IntArrayRef(c.stride) << ", padding "
+     << c10::IntArrayRef(c.padding) << ", output_padding " << c10::IntArrayRef(c.output_padding)
+     << ", dilation " << c10::IntArrayRef(c.dilation) << ", groups " << c.groups << ", num_groups "
+     << c.num_groups << ", conv_bias " << c.conv_bias << ", gn_weight " << c.gn_weight
+     << ", gn_bias " << c.gn_bias;
   return os.str();
 }
 
@@ -439,8 +437,7 @@ inline std::string describe(const ConvCase& c) {
 // conv3d_group_norm_mean) on `c` and compares output and the gradients of input, weight,
 // conv_bias, gn_weight and gn_bias (those present) with the float64 reference.
 inline void check_conv_case(bool transposed, const ConvCase& c, at::ScalarType dtype,
-                            at::Device device, Layout layout, Tol tol,
-                            double input_offset = 0.0) {
+                            at::Device device, Layout layout, Tol tol, double input_offset = 0.0) {
   INFO((transposed ? "conv_transpose3d_relu_group_norm " : "conv3d_group_norm_mean ")
        << describe(c) << ", " << dtype_name(dtype) << ", " << device << ", input "
        << layout_name(layout));
@@ -490,7 +487,9 @@ inline void check_conv_case(bool transposed, const ConvCase& c, at::ScalarType d
     const auto grads_a = grads_of(outa, go, grad_inputs({xa, wa}, {cba, gwa, gba}));
     for (size_t i = 0; i < grads_a.size(); ++i) {
       baseline[i] = (grads_a[i].detach().cpu().to(at::kDouble) - ref_grads[i].detach())
-                        .abs().max().item<double>();
+                        .abs()
+                        .max()
+                        .item<double>();
     }
   }
   for (size_t i = 0; i < names.size(); ++i) {
@@ -504,13 +503,15 @@ inline void check_conv_case(bool transposed, const ConvCase& c, at::ScalarType d
 inline std::vector<ConvCase> conv_transpose_cases() {
   std::vector<ConvCase> cases;
   {
-    ConvCase c{"models.py pattern: k3, no conv bias, 2 channels per group", {2, 4, 3, 5, 6}, 8, {3, 3, 3}};
+    ConvCase c{
+        "models.py pattern: k3, no conv bias, 2 channels per group", {2, 4, 3, 5, 6}, 8, {3, 3, 3}};
     c.num_groups = 4;
     c.conv_bias = false;
     cases.push_back(c);
   }
   {
-    ConvCase c{"batch 1, stride 2, padding 1, output_padding 1, conv bias", {1, 3, 3, 4, 3}, 6, {3, 3, 3}};
+    ConvCase c{
+        "batch 1, stride 2, padding 1, output_padding 1, conv bias", {1, 3, 3, 4, 3}, 6, {3, 3, 3}};
     c.stride = {2, 2, 2};
     c.padding = {1, 1, 1};
     c.output_padding = {1, 1, 1};
@@ -526,7 +527,9 @@ inline std::vector<ConvCase> conv_transpose_cases() {
   }
   {
     ConvCase c{"anisotropic stride/padding/dilation, output_padding < dilation, no GN affine",
-               {2, 2, 3, 4, 3}, 4, {3, 2, 3}};
+               {2, 2, 3, 4, 3},
+               4,
+               {3, 2, 3}};
     c.stride = {1, 2, 3};
     c.padding = {1, 0, 2};
     c.output_padding = {1, 1, 2};
@@ -550,7 +553,8 @@ inline std::vector<ConvCase> conv_transpose_cases() {
 inline std::vector<ConvCase> conv3d_cases() {
   std::vector<ConvCase> cases;
   {
-    ConvCase c{"models.py pattern: k3, conv bias, 3 channels per group", {2, 3, 6, 7, 5}, 12, {3, 3, 3}};
+    ConvCase c{
+        "models.py pattern: k3, conv bias, 3 channels per group", {2, 3, 6, 7, 5}, 12, {3, 3, 3}};
     c.num_groups = 4;
     cases.push_back(c);
   }

@@ -26,6 +26,7 @@ examples/conv3d_group_norm_mean.pt. Default sizes are small (seconds on a CPU);
 Then run the C++ example on a saved model:
     build/examples/fused_ops_infer examples/conv_transpose3d_relu_group_norm.pt
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,7 @@ from fused_ops import reference  # noqa: E402
 
 # TorchScript is deprecated from PyTorch 2.14 on, but is what a libtorch program loads.
 warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=FutureWarning)
-warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated",
-                        category=DeprecationWarning)
+warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=DeprecationWarning)
 
 NAMES = list(reference.WORKLOADS)
 
@@ -75,8 +75,7 @@ def randomise_(model: torch.nn.Module, generator: torch.Generator) -> torch.nn.M
     return model
 
 
-def export(name: str, path: str, headline: bool, device: str, seed: int,
-           tolerance: float) -> float:
+def export(name: str, path: str, headline: bool, device: str, seed: int, tolerance: float) -> float:
     spec = reference.WORKLOADS[name] if headline else SMALL[name]
     init, input_shape = spec["init"], tuple(spec["input_shape"])
     Original = reference.WORKLOADS[name]["model"]
@@ -103,11 +102,14 @@ def export(name: str, path: str, headline: bool, device: str, seed: int,
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
     err = (got - expected).abs().max().item()
     scale = expected.abs().max().item()
-    print(f"{name}: input {list(input_shape)} on {device}, output {list(got.shape)}, "
-          f"max abs error fused vs PyTorch {err:.3e} (max |output| {scale:.3e})")
+    print(
+        f"{name}: input {list(input_shape)} on {device}, output {list(got.shape)}, "
+        f"max abs error fused vs PyTorch {err:.3e} (max |output| {scale:.3e})"
+    )
     if not err <= tolerance * max(1.0, scale):
-        raise SystemExit(f"{name}: fused and PyTorch outputs differ by {err:.3e} "
-                         f"(tolerance {tolerance:g})")
+        raise SystemExit(
+            f"{name}: fused and PyTorch outputs differ by {err:.3e} (tolerance {tolerance:g})"
+        )
 
     scripted = torch.jit.script(fused)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -118,30 +120,50 @@ def export(name: str, path: str, headline: bool, device: str, seed: int,
     with torch.no_grad():
         reloaded = loaded(x)
     if not torch.equal(reloaded, got):
-        raise SystemExit(f"{name}: the reloaded TorchScript model gives another output "
-                         f"(max abs difference {(reloaded - got).abs().max().item():.3e})")
-    print(f"{name}: saved TorchScript model to {path} "
-          f"(input_shape {extra['input_shape']}; reloaded output identical)")
+        raise SystemExit(
+            f"{name}: the reloaded TorchScript model gives another output "
+            f"(max abs difference {(reloaded - got).abs().max().item():.3e})"
+        )
+    print(
+        f"{name}: saved TorchScript model to {path} "
+        f"(input_shape {extra['input_shape']}; reloaded output identical)"
+    )
     return err
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("conv_transpose_path", nargs="?",
-                        default=os.path.join(HERE, "conv_transpose3d_relu_group_norm.pt"),
-                        help="where to save the ConvTranspose3dReLUGroupNorm model")
-    parser.add_argument("conv3d_path", nargs="?",
-                        default=os.path.join(HERE, "conv3d_group_norm_mean.pt"),
-                        help="where to save the Conv3dGroupNormMean model")
-    parser.add_argument("--headline", action="store_true",
-                        help="the headline workload sizes of models.py (default: small sizes)")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                        help="device to check and trace on (the saved model is loaded onto "
-                             "whatever device the C++ example picks)")
+    parser.add_argument(
+        "conv_transpose_path",
+        nargs="?",
+        default=os.path.join(HERE, "conv_transpose3d_relu_group_norm.pt"),
+        help="where to save the ConvTranspose3dReLUGroupNorm model",
+    )
+    parser.add_argument(
+        "conv3d_path",
+        nargs="?",
+        default=os.path.join(HERE, "conv3d_group_norm_mean.pt"),
+        help="where to save the Conv3dGroupNormMean model",
+    )
+    parser.add_argument(
+        "--headline",
+        action="store_true",
+        help="the headline workload sizes of models.py (default: small sizes)",
+    )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="device to check and trace on (the saved model is loaded onto "
+        "whatever device the C++ example picks)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of parameters and inputs")
-    parser.add_argument("--tolerance", type=float, default=1e-4,
-                        help="max abs error allowed between fused and PyTorch, relative to "
-                             "max(1, max |output|)")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-4,
+        help="max abs error allowed between fused and PyTorch, relative to max(1, max |output|)",
+    )
     parser.add_argument("--only", choices=NAMES, help="export only this model")
     args = parser.parse_args(argv)
 

@@ -24,6 +24,7 @@ This module also offers functional wrappers that accept ints or triples for the
 convolution arguments (like ``torch.nn.functional.conv3d``) and the drop-in modules
 :class:`ConvTranspose3dReLUGroupNorm` and :class:`Conv3dGroupNormMean`.
 """
+
 from __future__ import annotations
 
 import glob
@@ -154,8 +155,9 @@ def _triple(name: str, value: IntOrTriple) -> List[int]:
     return values
 
 
-def _conv3d_padding(padding: Union[str, IntOrTriple], weight: torch.Tensor,
-                    dilation: List[int], stride: List[int]) -> List[int]:
+def _conv3d_padding(
+    padding: Union[str, IntOrTriple], weight: torch.Tensor, dilation: List[int], stride: List[int]
+) -> List[int]:
     if not isinstance(padding, str):
         return _triple("padding", padding)
     if padding == "valid":
@@ -173,14 +175,24 @@ def _conv3d_padding(padding: Union[str, IntOrTriple], weight: torch.Tensor,
     raise ValueError(f"padding must be 'valid', 'same', an int or a triple, got {padding!r}")
 
 
-def relu_group_norm(input: torch.Tensor, num_groups: int, weight: Optional[torch.Tensor] = None,
-                    bias: Optional[torch.Tensor] = None, eps: float = 1e-5) -> torch.Tensor:
+def relu_group_norm(
+    input: torch.Tensor,
+    num_groups: int,
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
     """``F.group_norm(F.relu(input), num_groups, weight, bias, eps)`` in one fused operator."""
     return torch.ops.fused.relu_group_norm(input, num_groups, weight, bias, eps)
 
 
-def group_norm_mean(input: torch.Tensor, num_groups: int, weight: Optional[torch.Tensor] = None,
-                    bias: Optional[torch.Tensor] = None, eps: float = 1e-5) -> torch.Tensor:
+def group_norm_mean(
+    input: torch.Tensor,
+    num_groups: int,
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    eps: float = 1e-5,
+) -> torch.Tensor:
     """``F.group_norm(input, num_groups, weight, bias, eps).mean(dims 1..)``, shape ``(N,)``."""
     return torch.ops.fused.group_norm_mean(input, num_groups, weight, bias, eps)
 
@@ -208,9 +220,19 @@ def conv_transpose3d_relu_group_norm(
     if num_groups is None:
         raise TypeError("conv_transpose3d_relu_group_norm: num_groups is required")
     return torch.ops.fused.conv_transpose3d_relu_group_norm(
-        input, weight, bias, _triple("stride", stride), _triple("padding", padding),
-        _triple("output_padding", output_padding), groups, _triple("dilation", dilation),
-        num_groups, gn_weight, gn_bias, eps)
+        input,
+        weight,
+        bias,
+        _triple("stride", stride),
+        _triple("padding", padding),
+        _triple("output_padding", output_padding),
+        groups,
+        _triple("dilation", dilation),
+        num_groups,
+        gn_weight,
+        gn_bias,
+        eps,
+    )
 
 
 def conv3d_group_norm_mean(
@@ -239,8 +261,18 @@ def conv3d_group_norm_mean(
     dilation_ = _triple("dilation", dilation)
     padding_ = _conv3d_padding(padding, weight, dilation_, stride_)
     return torch.ops.fused.conv3d_group_norm_mean(
-        input, weight, bias, stride_, padding_, dilation_, groups, num_groups, gn_weight,
-        gn_bias, eps)
+        input,
+        weight,
+        bias,
+        stride_,
+        padding_,
+        dilation_,
+        groups,
+        num_groups,
+        gn_weight,
+        gn_bias,
+        eps,
+    )
 
 
 from .modules import Conv3dGroupNormMean, ConvTranspose3dReLUGroupNorm  # noqa: E402

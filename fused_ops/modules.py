@@ -12,6 +12,7 @@ with ``torch.compile(fullgraph=True)``.
 
 Inputs must be batched, of shape ``(N, C_in, D, H, W)``.
 """
+
 from __future__ import annotations
 
 import torch

@@ -7,7 +7,7 @@ Careful: with GroupNorm's default init (weight=1, bias=0) the output of Conv3dGr
 exactly mean(bias) = 0 for every input, so a kernel that skips the convolution still "passes".
 Every correctness check must first randomise group_norm.weight and group_norm.bias.
 """
-import torch
+
 import torch.nn as nn
 
 

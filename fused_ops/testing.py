@@ -10,6 +10,7 @@ on your own models and inputs::
     for what, e in testing.compare_with_original(original, fused, x, grad=True).items():
         print(what, e.eager_error, e.fused_error)
 """
+
 from __future__ import annotations
 
 import copy
@@ -79,22 +80,30 @@ def _run(model: torch.nn.Module, x: torch.Tensor, grad: bool, grad_output_seed: 
     return tensors
 
 
-def compare_with_original(original: torch.nn.Module, fused: torch.nn.Module, x: torch.Tensor,
-                          grad: bool = False, grad_output_seed: int = 1
-                          ) -> Dict[str, ErrorReport]:
+def compare_with_original(
+    original: torch.nn.Module,
+    fused: torch.nn.Module,
+    x: torch.Tensor,
+    grad: bool = False,
+    grad_output_seed: int = 1,
+) -> Dict[str, ErrorReport]:
     """Runs ``original`` and ``fused`` (same parameters) on ``x``, and a float64 copy of
     ``original`` on ``x`` in float64, under the current precision flags; returns an
     ErrorReport for the output and, with ``grad``, for the input gradient and every
     parameter gradient (backward of ``sum(out * g)`` for a random ``g``)."""
     reference = copy.deepcopy(original).double()
-    runs = [_run(m, xin, grad, grad_output_seed)
-            for m, xin in ((original, x), (fused, x), (reference, x.double()))]
+    runs = [
+        _run(m, xin, grad, grad_output_seed)
+        for m, xin in ((original, x), (fused, x), (reference, x.double()))
+    ]
     eager, fused_t, ref = runs
     report = {}
     for what, r in ref.items():
         e, f = eager[what], fused_t[what]
         report[what] = ErrorReport(
-            eager_error=relative_l2_error(e, r), fused_error=relative_l2_error(f, r),
+            eager_error=relative_l2_error(e, r),
+            fused_error=relative_l2_error(f, r),
             max_abs_diff=(f.double() - e.double()).abs().max().item() if e.numel() else 0.0,
-            allclose_1e5=bool(torch.allclose(f, e, atol=1e-5, rtol=1e-5)))
+            allclose_1e5=bool(torch.allclose(f, e, atol=1e-5, rtol=1e-5)),
+        )
     return report

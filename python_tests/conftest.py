@@ -6,6 +6,7 @@ A test that needs full-float32 convolutions (it compares conv results with a flo
 reference at ~1e-5) says so with ``@pytest.mark.tf32_off``; the numerics-contract tests set
 each mode themselves.
 """
+
 from __future__ import annotations
 
 import pytest

@@ -9,6 +9,7 @@ argument builders; conftest.py holds the fixtures only).
 * Random parameters: GroupNorm weight/bias and conv bias are ALWAYS random (GroupNorm's
   default init makes conv3d_group_norm_mean's output independent of its input).
 """
+
 from __future__ import annotations
 
 import functools
@@ -137,17 +138,41 @@ def _with_low_precision_conv(y: torch.Tensor, conv, args, dtype: Optional[torch.
     return y + (y_low - y.detach())
 
 
-def ref_conv_transpose3d_relu_group_norm(input, weight, conv_bias, stride, padding,
-                                         output_padding, groups, dilation, num_groups,
-                                         gn_weight, gn_bias, eps, low_precision_conv=None):
+def ref_conv_transpose3d_relu_group_norm(
+    input,
+    weight,
+    conv_bias,
+    stride,
+    padding,
+    output_padding,
+    groups,
+    dilation,
+    num_groups,
+    gn_weight,
+    gn_bias,
+    eps,
+    low_precision_conv=None,
+):
     conv_args = (input, weight, conv_bias, stride, padding, output_padding, groups, dilation)
     y = F.conv_transpose3d(*conv_args)
     y = _with_low_precision_conv(y, F.conv_transpose3d, conv_args, low_precision_conv)
     return _group_norm(F.relu(y), num_groups, gn_weight, gn_bias, eps)
 
 
-def ref_conv3d_group_norm_mean(input, weight, conv_bias, stride, padding, dilation, groups,
-                               num_groups, gn_weight, gn_bias, eps, low_precision_conv=None):
+def ref_conv3d_group_norm_mean(
+    input,
+    weight,
+    conv_bias,
+    stride,
+    padding,
+    dilation,
+    groups,
+    num_groups,
+    gn_weight,
+    gn_bias,
+    eps,
+    low_precision_conv=None,
+):
     conv_args = (input, weight, conv_bias, stride, padding, dilation, groups)
     y = F.conv3d(*conv_args)
     y = _with_low_precision_conv(y, F.conv3d, conv_args, low_precision_conv)
@@ -173,8 +198,12 @@ def double_leaf_copy(arg):
     return arg
 
 
-def reference(name: str, args: Sequence, device: Optional[str] = None,
-              low_precision_conv: Optional[torch.dtype] = None):
+def reference(
+    name: str,
+    args: Sequence,
+    device: Optional[str] = None,
+    low_precision_conv: Optional[torch.dtype] = None,
+):
     """The float64 reference output of op `name`, from float64 copies of `args`.
 
     Returns (output, float64 args) so that gradients can be read from the args. The reference
@@ -185,7 +214,8 @@ def reference(name: str, args: Sequence, device: Optional[str] = None,
     dargs = [double_leaf_copy(a) for a in args]
     if device is not None:
         dargs = [
-            a.detach().to(device).requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor)
+            a.detach().to(device).requires_grad_(a.requires_grad)
+            if isinstance(a, torch.Tensor)
             else a
             for a in dargs
         ]
@@ -209,8 +239,14 @@ TOLERANCES: Dict[torch.dtype, tuple] = {
 }
 
 
-def assert_close_to_ref(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype = None,
-                        rtol: float = None, atol: float = None, what: str = ""):
+def assert_close_to_ref(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    dtype: torch.dtype = None,
+    rtol: float = None,
+    atol: float = None,
+    what: str = "",
+):
     dtype = dtype or actual.dtype
     default_rtol, default_atol = TOLERANCES[dtype]
     rtol = default_rtol if rtol is None else rtol
@@ -221,8 +257,9 @@ def assert_close_to_ref(actual: torch.Tensor, expected: torch.Tensor, dtype: tor
     expected = expected.detach().to(torch.float64)
     assert torch.isfinite(actual64).all(), f"{what}: non-finite values"
     scale = max(expected.abs().max().item() if expected.numel() else 0.0, 1e-3)
-    torch.testing.assert_close(actual64, expected, rtol=rtol, atol=atol * scale,
-                               msg=lambda m: f"{what} ({dtype}): {m}")
+    torch.testing.assert_close(
+        actual64, expected, rtol=rtol, atol=atol * scale, msg=lambda m: f"{what} ({dtype}): {m}"
+    )
 
 
 def assert_same_run(actual: torch.Tensor, expected: torch.Tensor, what: str = ""):
@@ -233,34 +270,43 @@ def assert_same_run(actual: torch.Tensor, expected: torch.Tensor, what: str = ""
         torch.testing.assert_close(actual, expected, rtol=0, atol=0, msg=lambda m: f"{what}: {m}")
     else:
         scale = max(expected.abs().max().item() if expected.numel() else 0.0, 1e-3)
-        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5 * scale,
-                                   msg=lambda m: f"{what}: {m}")
+        torch.testing.assert_close(
+            actual, expected, rtol=1e-5, atol=1e-5 * scale, msg=lambda m: f"{what}: {m}"
+        )
 
 
-def assert_close_scaled(actual: torch.Tensor, expected: torch.Tensor, tol: float,
-                        what: str = ""):
+def assert_close_scaled(actual: torch.Tensor, expected: torch.Tensor, tol: float, what: str = ""):
     """|actual - expected| <= tol * |expected| + tol * max|expected| elementwise."""
     scale = max(expected.abs().max().item() if expected.numel() else 0.0, 1e-3)
-    torch.testing.assert_close(actual, expected, rtol=tol, atol=tol * scale,
-                               msg=lambda m: f"{what}: {m}")
+    torch.testing.assert_close(
+        actual, expected, rtol=tol, atol=tol * scale, msg=lambda m: f"{what}: {m}"
+    )
 
 
 def tensor_arg_indices(args: Sequence) -> List[int]:
     return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
 
 
-def check_against_reference(name: str, args: Sequence, *, backward: bool = True,
-                            dtype: torch.dtype = None, rtol=None, atol=None,
-                            grad_rtol=None, grad_atol=None, grad_tols=None,
-                            ref_device: Optional[str] = None,
-                            low_precision_conv: Optional[torch.dtype] = None):
+def check_against_reference(
+    name: str,
+    args: Sequence,
+    *,
+    backward: bool = True,
+    dtype: torch.dtype = None,
+    rtol=None,
+    atol=None,
+    grad_rtol=None,
+    grad_atol=None,
+    grad_tols=None,
+    ref_device: Optional[str] = None,
+    low_precision_conv: Optional[torch.dtype] = None,
+):
     """Runs torch.ops.fused.<name>(*args) and its float64 reference and compares the outputs
     and (if backward) the gradients of every tensor argument that requires grad, for a
     random grad_output. `grad_tols` maps an argument index to the (rtol, atol) of its
     gradient. Returns the fused output."""
     out = fused_op(name)(*args)
-    ref, dargs = reference(name, args, device=ref_device,
-                           low_precision_conv=low_precision_conv)
+    ref, dargs = reference(name, args, device=ref_device, low_precision_conv=low_precision_conv)
     dtype = dtype or out.dtype
     assert_close_to_ref(out, ref, dtype, rtol, atol, what=f"{name} output")
     if backward and out.requires_grad:
@@ -268,8 +314,11 @@ def check_against_reference(name: str, args: Sequence, *, backward: bool = True,
         leaves = [i for i in tensor_arg_indices(args) if args[i].requires_grad]
         grads = torch.autograd.grad(out, [args[i] for i in leaves], grad_out)
         ref_grads = torch.autograd.grad(
-            ref, [dargs[i] for i in leaves], grad_out.to(device=ref.device, dtype=torch.float64),
-            allow_unused=True)
+            ref,
+            [dargs[i] for i in leaves],
+            grad_out.to(device=ref.device, dtype=torch.float64),
+            allow_unused=True,
+        )
         for i, g, rg in zip(leaves, grads, ref_grads):
             if rg is None:
                 rg = torch.zeros_like(dargs[i])
@@ -277,8 +326,7 @@ def check_against_reference(name: str, args: Sequence, *, backward: bool = True,
             g_atol = grad_atol if grad_atol is not None else atol
             if grad_tols and i in grad_tols:
                 g_rtol, g_atol = grad_tols[i]
-            assert_close_to_ref(g, rg, dtype, g_rtol, g_atol,
-                                what=f"{name} grad of argument {i}")
+            assert_close_to_ref(g, rg, dtype, g_rtol, g_atol, what=f"{name} grad of argument {i}")
     return out
 
 
@@ -291,8 +339,18 @@ def rand_param(shape, dtype, device, requires_grad=False, mean=0.0, std=1.0):
     return t.requires_grad_(requires_grad)
 
 
-def norm_args(shape, num_groups, *, affine=True, weight=None, bias=None, eps=1e-5,
-              dtype=torch.float32, device="cpu", requires_grad=True):
+def norm_args(
+    shape,
+    num_groups,
+    *,
+    affine=True,
+    weight=None,
+    bias=None,
+    eps=1e-5,
+    dtype=torch.float32,
+    device="cpu",
+    requires_grad=True,
+):
     """Arguments of relu_group_norm / group_norm_mean with a random input and random affine.
     `weight`/`bias` override `affine` (True: random, False: None)."""
     C = shape[1]
@@ -308,38 +366,82 @@ def _t(v):
     return [v] * 3 if isinstance(v, int) else list(v)
 
 
-def conv_transpose_args(input_shape, out_channels, kernel_size, num_groups, *, stride=1,
-                        padding=0, output_padding=0, groups=1, dilation=1, conv_bias=True,
-                        gn_affine=True, eps=1e-5, dtype=torch.float32, device="cpu",
-                        requires_grad=True):
+def conv_transpose_args(
+    input_shape,
+    out_channels,
+    kernel_size,
+    num_groups,
+    *,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups=1,
+    dilation=1,
+    conv_bias=True,
+    gn_affine=True,
+    eps=1e-5,
+    dtype=torch.float32,
+    device="cpu",
+    requires_grad=True,
+):
     """Arguments of conv_transpose3d_relu_group_norm (random input, weights, biases)."""
     N, C_in = input_shape[:2]
     k = _t(kernel_size)
     x = rand_param(input_shape, dtype, device, requires_grad)
     fan = C_in * k[0] * k[1] * k[2] // groups
-    w = rand_param((C_in, out_channels // groups, *k), dtype, device, requires_grad,
-                   std=fan ** -0.5)
+    w = rand_param((C_in, out_channels // groups, *k), dtype, device, requires_grad, std=fan**-0.5)
     cb = rand_param((out_channels,), dtype, device, requires_grad, std=0.3) if conv_bias else None
-    gw = (rand_param((out_channels,), dtype, device, requires_grad, mean=1.0, std=0.5)
-          if gn_affine else None)
+    gw = (
+        rand_param((out_channels,), dtype, device, requires_grad, mean=1.0, std=0.5)
+        if gn_affine
+        else None
+    )
     gb = rand_param((out_channels,), dtype, device, requires_grad, std=0.5) if gn_affine else None
-    return [x, w, cb, _t(stride), _t(padding), _t(output_padding), groups, _t(dilation),
-            num_groups, gw, gb, eps]
+    return [
+        x,
+        w,
+        cb,
+        _t(stride),
+        _t(padding),
+        _t(output_padding),
+        groups,
+        _t(dilation),
+        num_groups,
+        gw,
+        gb,
+        eps,
+    ]
 
 
-def conv3d_args(input_shape, out_channels, kernel_size, num_groups, *, stride=1, padding=0,
-                dilation=1, groups=1, conv_bias=True, gn_affine=True, eps=1e-5,
-                dtype=torch.float32, device="cpu", requires_grad=True):
+def conv3d_args(
+    input_shape,
+    out_channels,
+    kernel_size,
+    num_groups,
+    *,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    conv_bias=True,
+    gn_affine=True,
+    eps=1e-5,
+    dtype=torch.float32,
+    device="cpu",
+    requires_grad=True,
+):
     """Arguments of conv3d_group_norm_mean (random input, weights, biases)."""
     N, C_in = input_shape[:2]
     k = _t(kernel_size)
     x = rand_param(input_shape, dtype, device, requires_grad)
     fan = C_in // groups * k[0] * k[1] * k[2]
-    w = rand_param((out_channels, C_in // groups, *k), dtype, device, requires_grad,
-                   std=fan ** -0.5)
+    w = rand_param((out_channels, C_in // groups, *k), dtype, device, requires_grad, std=fan**-0.5)
     cb = rand_param((out_channels,), dtype, device, requires_grad, std=0.3) if conv_bias else None
-    gw = (rand_param((out_channels,), dtype, device, requires_grad, mean=1.0, std=0.5)
-          if gn_affine else None)
+    gw = (
+        rand_param((out_channels,), dtype, device, requires_grad, mean=1.0, std=0.5)
+        if gn_affine
+        else None
+    )
     gb = rand_param((out_channels,), dtype, device, requires_grad, std=0.5) if gn_affine else None
     return [x, w, cb, _t(stride), _t(padding), _t(dilation), groups, num_groups, gw, gb, eps]
 
@@ -373,21 +475,29 @@ def convert_args(args, dtype=None, device=None, requires_grad=None):
 # input shape).
 MODELS = {
     "conv_transpose3d_relu_group_norm": (
-        reference_models.ConvTranspose3dReLUGroupNorm, fused_ops.ConvTranspose3dReLUGroupNorm,
+        reference_models.ConvTranspose3dReLUGroupNorm,
+        fused_ops.ConvTranspose3dReLUGroupNorm,
         dict(in_channels=8, out_channels=16, kernel_size=3, groups=4, bias=False),
-        (2, 8, 6, 7, 5)),
+        (2, 8, 6, 7, 5),
+    ),
     "conv_transpose3d_relu_group_norm_conv_bias": (
-        reference_models.ConvTranspose3dReLUGroupNorm, fused_ops.ConvTranspose3dReLUGroupNorm,
+        reference_models.ConvTranspose3dReLUGroupNorm,
+        fused_ops.ConvTranspose3dReLUGroupNorm,
         dict(in_channels=6, out_channels=12, kernel_size=2, groups=12, bias=True),
-        (1, 6, 5, 3, 7)),
+        (1, 6, 5, 3, 7),
+    ),
     "conv3d_group_norm_mean": (
-        reference_models.Conv3dGroupNormMean, fused_ops.Conv3dGroupNormMean,
+        reference_models.Conv3dGroupNormMean,
+        fused_ops.Conv3dGroupNormMean,
         dict(in_channels=3, out_channels=24, kernel_size=3, num_groups=8),
-        (4, 3, 8, 9, 10)),
+        (4, 3, 8, 9, 10),
+    ),
     "conv3d_group_norm_mean_kernel_triple": (
-        reference_models.Conv3dGroupNormMean, fused_ops.Conv3dGroupNormMean,
+        reference_models.Conv3dGroupNormMean,
+        fused_ops.Conv3dGroupNormMean,
         dict(in_channels=4, out_channels=6, kernel_size=(3, 1, 2), num_groups=2),
-        (3, 4, 5, 6, 7)),
+        (3, 4, 5, 6, 7),
+    ),
 }
 
 

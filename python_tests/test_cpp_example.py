@@ -5,6 +5,7 @@ runs them without Python; its checksums must equal what Python computes on the s
 The binary is looked for at $FUSED_OPS_INFER, <repo>/build/examples/fused_ops_infer, then
 <repo>/build*/examples/fused_ops_infer (newest first); the tests skip if it is not built.
 """
+
 from __future__ import annotations
 
 import glob
@@ -34,8 +35,11 @@ def find_infer_binary():
     default = os.path.join(REPO_DIR, "build", "examples", "fused_ops_infer")
     if os.path.isfile(default):
         return default, None
-    others = sorted(glob.glob(os.path.join(REPO_DIR, "build*", "examples", "fused_ops_infer")),
-                    key=os.path.getmtime, reverse=True)
+    others = sorted(
+        glob.glob(os.path.join(REPO_DIR, "build*", "examples", "fused_ops_infer")),
+        key=os.path.getmtime,
+        reverse=True,
+    )
     if others:
         return others[0], None
     return None, (
@@ -54,7 +58,8 @@ def run(cmd, timeout=600):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, (
         f"{' '.join(map(str, cmd))} exited with {r.returncode}\n"
-        f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}")
+        f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    )
     return r.stdout
 
 
@@ -121,18 +126,32 @@ def test_cpp_inference_matches_python(exported, name):
     out = run([INFER, exported[name], "--no-tf32"])
     result = parse_key_values(out)
     assert result["tf32"] == "off"
-    expected_keys = {"model", "device", "tf32", "input_shape", "seed", "output_shape", "output_dtype",
-                     "checksum_sum", "checksum_abs_sum", "warmup_runs", "timed_runs",
-                     "ms_per_run"}
+    expected_keys = {
+        "model",
+        "device",
+        "tf32",
+        "input_shape",
+        "seed",
+        "output_shape",
+        "output_dtype",
+        "checksum_sum",
+        "checksum_abs_sum",
+        "warmup_runs",
+        "timed_runs",
+        "ms_per_run",
+    }
     assert expected_keys <= set(result), out
     if torch.cuda.is_available():
         # libtorch sees the same GPUs as Python.
         assert result["device"].startswith("cuda"), out
     # The input shape stored by the export script.
-    assert result["input_shape"] == {
-        "conv_transpose3d_relu_group_norm": "2 8 6 7 5",
-        "conv3d_group_norm_mean": "4 3 8 9 10",
-    }[name]
+    assert (
+        result["input_shape"]
+        == {
+            "conv_transpose3d_relu_group_norm": "2 8 6 7 5",
+            "conv3d_group_norm_mean": "4 3 8 9 10",
+        }[name]
+    )
     check_against_python(result, exported[name])
 
 
@@ -140,8 +159,24 @@ def test_cpp_inference_matches_python(exported, name):
 @requires_infer
 def test_cpp_inference_explicit_shape_and_seed(exported):
     name = "conv3d_group_norm_mean"
-    out = run([INFER, exported[name], "3", "3", "5", "6", "7", "--seed", "7", "--runs", "2",
-               "--warmup", "1", "--no-tf32"])
+    out = run(
+        [
+            INFER,
+            exported[name],
+            "3",
+            "3",
+            "5",
+            "6",
+            "7",
+            "--seed",
+            "7",
+            "--runs",
+            "2",
+            "--warmup",
+            "1",
+            "--no-tf32",
+        ]
+    )
     result = parse_key_values(out)
     assert result["input_shape"] == "3 3 5 6 7" and result["seed"] == "7"
     assert result["output_shape"] == "3"
@@ -163,6 +198,7 @@ def test_cpp_inference_cpu_device_option(exported):
 def test_cpp_inference_errors(tmp_path):
     r = subprocess.run([INFER], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "usage" in r.stderr
-    r = subprocess.run([INFER, str(tmp_path / "missing.pt")], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [INFER, str(tmp_path / "missing.pt")], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode != 0 and "error" in r.stderr

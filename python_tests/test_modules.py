@@ -1,6 +1,7 @@
 """Tests of the drop-in modules fused_ops.ConvTranspose3dReLUGroupNorm and
 fused_ops.Conv3dGroupNormMean against the originals (fused_ops.reference, a verbatim copy of
 the specification's models.py)."""
+
 from __future__ import annotations
 
 import copy
@@ -84,8 +85,9 @@ def test_state_dict_round_trip(name):
     original2.load_state_dict(fused2.state_dict(), strict=True)
     ref.load_state_dict(fused2.state_dict())
     assert_close_to_ref(fused2(x), ref(x.double()), what="fused -> reference")
-    assert_close_to_ref(original2(x), ref(x.double()), rtol=1e-4, atol=1e-4,
-                        what="fused -> original")
+    assert_close_to_ref(
+        original2(x), ref(x.double()), rtol=1e-4, atol=1e-4, what="fused -> original"
+    )
     for k, v in fused2.state_dict().items():
         assert torch.equal(original2.state_dict()[k], v)
 
@@ -132,8 +134,9 @@ def test_torchscript_reads_conv_settings(tmp_path):
 
 
 @pytest.mark.tf32_off
-@pytest.mark.parametrize("name", ["conv_transpose3d_relu_group_norm_conv_bias",
-                                  "conv3d_group_norm_mean"])
+@pytest.mark.parametrize(
+    "name", ["conv_transpose3d_relu_group_norm_conv_bias", "conv3d_group_norm_mean"]
+)
 def test_compile(device, name, fresh_dynamo):
     original, fused, input_shape = make_pair(name, device)
     x = torch.rand(input_shape, device=device)
@@ -179,24 +182,29 @@ def _check_headline(actual, eager, ref64, what, kind="output"):
     outliers = int((diff > 1e-5 * scale + 1e-5 * eager.abs()).sum())
     fused_err, eager_err = (actual - ref64).abs(), (eager - ref64).abs()
     ref_norm = max(ref64.norm().item(), 1e-30)
-    stats = (f"{what}: {outliers} of {eager.numel()} elements beyond atol=rtol=1e-5 of eager "
-             f"PyTorch, max difference {diff.max().item():.3e} (scale {scale:.3e}); vs float64: "
-             f"max error {fused_err.max().item():.3e} (eager {eager_err.max().item():.3e}), "
-             f"relative L2 error {fused_err.norm().item() / ref_norm:.3e} (eager "
-             f"{eager_err.norm().item() / ref_norm:.3e})")
+    stats = (
+        f"{what}: {outliers} of {eager.numel()} elements beyond atol=rtol=1e-5 of eager "
+        f"PyTorch, max difference {diff.max().item():.3e} (scale {scale:.3e}); vs float64: "
+        f"max error {fused_err.max().item():.3e} (eager {eager_err.max().item():.3e}), "
+        f"relative L2 error {fused_err.norm().item() / ref_norm:.3e} (eager "
+        f"{eager_err.norm().item() / ref_norm:.3e})"
+    )
     rel_l2_diff = diff.norm().item() / max(eager.norm().item(), 1e-30)
     stats += f"; relative L2 difference from eager {rel_l2_diff:.3e}"
     print(stats)
     if kind == "conv_grad":
-        checks = [rel_l2_diff <= 1e-3,
-                  fused_err.max().item() <= 1.5 * eager_err.max().item(),
-                  fused_err.norm().item() <= 2.0 * eager_err.norm().item()]
+        checks = [
+            rel_l2_diff <= 1e-3,
+            fused_err.max().item() <= 1.5 * eager_err.max().item(),
+            fused_err.norm().item() <= 2.0 * eager_err.norm().item(),
+        ]
     else:
-        checks = [outliers == 0,
-                  fused_err.max().item() <= max(1.5 * eager_err.max().item(),
-                                                1e-5 * ref64.abs().max().item()),
-                  fused_err.norm().item() <= max(1.5 * eager_err.norm().item(),
-                                                 1e-5 * ref_norm)]
+        checks = [
+            outliers == 0,
+            fused_err.max().item()
+            <= max(1.5 * eager_err.max().item(), 1e-5 * ref64.abs().max().item()),
+            fused_err.norm().item() <= max(1.5 * eager_err.norm().item(), 1e-5 * ref_norm),
+        ]
     return [] if all(checks) else [stats]
 
 
@@ -224,8 +232,9 @@ def test_headline_sizes_cuda(name):
         failures += _check_headline(gx, eager_gx, ref_gx, "input grad", "conv_grad")
         for n in grads:
             kind = "conv_grad" if n.startswith("conv_transpose.") else "grad"
-            failures += _check_headline(grads[n], eager_grads[n], ref_grads[n], f"grad of {n}",
-                                        kind)
+            failures += _check_headline(
+                grads[n], eager_grads[n], ref_grads[n], f"grad of {n}", kind
+            )
         assert not failures, "\n".join(failures)
     else:
         with torch.no_grad():

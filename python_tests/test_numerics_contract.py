@@ -13,6 +13,7 @@ users of these models pass: non-negative inputs give the conv output a common of
 exposes cancellation and TF32 rounding) and ``torch.randn``; GroupNorm affine and conv bias
 are always random.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -24,39 +25,58 @@ from helpers import conv3d_args, conv_transpose_args, norm_args, requires_cuda
 
 # (original class name, __init__ arguments, input shape)
 CASES = {
-    "convT_8to16_k3_G4": ("ConvTranspose3dReLUGroupNorm",
-                          dict(in_channels=8, out_channels=16, kernel_size=3, groups=4),
-                          (2, 8, 6, 7, 5)),
-    "convT_6to12_k2_G3_bias": ("ConvTranspose3dReLUGroupNorm",
-                               dict(in_channels=6, out_channels=12, kernel_size=2, groups=3,
-                                    bias=True), (1, 6, 5, 3, 7)),
-    "convT_32to64_k3_G8": ("ConvTranspose3dReLUGroupNorm",
-                           dict(in_channels=32, out_channels=64, kernel_size=3, groups=8),
-                           (2, 32, 8, 8, 8)),
-    "conv3d_3to24_k3_G8": ("Conv3dGroupNormMean",
-                           dict(in_channels=3, out_channels=24, kernel_size=3, num_groups=8),
-                           (4, 3, 8, 9, 10)),
-    "conv3d_3to24_k3_G8_headline_like": ("Conv3dGroupNormMean",
-                                         dict(in_channels=3, out_channels=24, kernel_size=3,
-                                              num_groups=8), (8, 3, 24, 32, 32)),
-    "conv3d_16to32_k3_G8": ("Conv3dGroupNormMean",
-                            dict(in_channels=16, out_channels=32, kernel_size=3, num_groups=8),
-                            (4, 16, 10, 10, 10)),
-    "conv3d_4to6_k312_G2": ("Conv3dGroupNormMean",
-                            dict(in_channels=4, out_channels=6, kernel_size=(3, 1, 2),
-                                 num_groups=2), (3, 4, 5, 6, 7)),
+    "convT_8to16_k3_G4": (
+        "ConvTranspose3dReLUGroupNorm",
+        dict(in_channels=8, out_channels=16, kernel_size=3, groups=4),
+        (2, 8, 6, 7, 5),
+    ),
+    "convT_6to12_k2_G3_bias": (
+        "ConvTranspose3dReLUGroupNorm",
+        dict(in_channels=6, out_channels=12, kernel_size=2, groups=3, bias=True),
+        (1, 6, 5, 3, 7),
+    ),
+    "convT_32to64_k3_G8": (
+        "ConvTranspose3dReLUGroupNorm",
+        dict(in_channels=32, out_channels=64, kernel_size=3, groups=8),
+        (2, 32, 8, 8, 8),
+    ),
+    "conv3d_3to24_k3_G8": (
+        "Conv3dGroupNormMean",
+        dict(in_channels=3, out_channels=24, kernel_size=3, num_groups=8),
+        (4, 3, 8, 9, 10),
+    ),
+    "conv3d_3to24_k3_G8_headline_like": (
+        "Conv3dGroupNormMean",
+        dict(in_channels=3, out_channels=24, kernel_size=3, num_groups=8),
+        (8, 3, 24, 32, 32),
+    ),
+    "conv3d_16to32_k3_G8": (
+        "Conv3dGroupNormMean",
+        dict(in_channels=16, out_channels=32, kernel_size=3, num_groups=8),
+        (4, 16, 10, 10, 10),
+    ),
+    "conv3d_4to6_k312_G2": (
+        "Conv3dGroupNormMean",
+        dict(in_channels=4, out_channels=6, kernel_size=(3, 1, 2), num_groups=2),
+        (3, 4, 5, 6, 7),
+    ),
 }
-HEADLINE = {w["model"].__name__: (w["model"].__name__, dict(w["init"]), w["input_shape"])
-            for w in reference.WORKLOADS.values()}
+HEADLINE = {
+    w["model"].__name__: (w["model"].__name__, dict(w["init"]), w["input_shape"])
+    for w in reference.WORKLOADS.values()
+}
 
 MODES = {"default": True, "tf32_off": False}
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-          "bfloat16": torch.bfloat16}
+DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
 # Errors below this (relative L2) are output rounding, whatever eager happens to reach. In
 # float64 the original *is* the reference (its error is 0): the drop-in must then be
 # float64-accurate, to 1e-10 (the tolerance of the other float64 tests).
-ERROR_FLOOR = {torch.float32: 2e-7, torch.float64: 1e-10, torch.float16: 1e-3,
-               torch.bfloat16: 8e-3}
+ERROR_FLOOR = {torch.float32: 2e-7, torch.float64: 1e-10, torch.float16: 1e-3, torch.bfloat16: 8e-3}
 
 
 def _pair(cls_name, init, device, dtype):
@@ -77,8 +97,10 @@ def _compare(case, device, dtype, mode, dist, grad):
 def _ratio_failures(report, dtype):
     failures = []
     for what, e in report.items():
-        line = (f"{what}: fused error {e.fused_error:.3e}, eager {e.eager_error:.3e} "
-                f"(ratio {min(e.ratio, 1e9):.2f})")
+        line = (
+            f"{what}: fused error {e.fused_error:.3e}, eager {e.eager_error:.3e} "
+            f"(ratio {min(e.ratio, 1e9):.2f})"
+        )
         print(line)
         if not e.fused_error <= 2.0 * e.eager_error + ERROR_FLOOR[dtype]:
             failures.append(line)
@@ -94,8 +116,11 @@ def test_error_at_most_twice_eager(device, case, dtype, mode, dist):
     dtype = DTYPES[dtype]
     if device == "cpu" and mode != "default":
         pytest.skip("the TF32 flag only changes CUDA convolutions")
-    if device == "cpu" and dtype in (torch.float16, torch.bfloat16) and \
-            CASES[case][2][0] * CASES[case][2][2] > 100:
+    if (
+        device == "cpu"
+        and dtype in (torch.float16, torch.bfloat16)
+        and CASES[case][2][0] * CASES[case][2][2] > 100
+    ):
         pytest.skip("half-precision convolutions on the CPU are slow; small cases cover them")
     grad = dtype in (torch.float32, torch.float64)
     report = _compare(CASES[case], device, dtype, mode, dist, grad)
@@ -124,8 +149,10 @@ def test_allclose_to_original(device, case, mode, dist):
     instead (e.g. Conv3d with 4 input channels), the drop-in is the more accurate of the two."""
     report = _compare(CASES[case], device, torch.float32, mode, dist, grad=False)
     e = report["output"]
-    summary = (f"max |fused - eager| = {e.max_abs_diff:.3e}; errors vs float64: fused "
-               f"{e.fused_error:.3e}, eager {e.eager_error:.3e}")
+    summary = (
+        f"max |fused - eager| = {e.max_abs_diff:.3e}; errors vs float64: fused "
+        f"{e.fused_error:.3e}, eager {e.eager_error:.3e}"
+    )
     print(summary)
     if e.eager_error > FLOAT32_ACCURATE:
         assert mode == "default" and e.fused_error < e.eager_error, summary
@@ -143,8 +170,9 @@ def test_headline_contract(name, mode):
     report = _compare(HEADLINE[name], "cuda", torch.float32, mode, "rand", grad=True)
     failures = _ratio_failures(report, torch.float32)
     if name == "Conv3dGroupNormMean" and not report["output"].allclose_1e5:
-        failures.append(f"output not allclose to eager: max |diff| "
-                        f"{report['output'].max_abs_diff:.3e}")
+        failures.append(
+            f"output not allclose to eager: max |diff| {report['output'].max_abs_diff:.3e}"
+        )
     assert not failures, "\n".join(failures)
 
 
@@ -160,11 +188,18 @@ def _path(op, args, mode):
 @pytest.mark.parametrize("mode", list(MODES))
 def test_dispatch_path_cpu(mode):
     """On the CPU every convolution is ATen's, as eager's (TF32 does not apply)."""
-    assert _path("conv3d_group_norm_mean", conv3d_args((2, 3, 6, 7, 8), 24, 3, 8), mode) == \
-        "aten -> group_norm_mean"
-    assert _path("conv_transpose3d_relu_group_norm",
-                 conv_transpose_args((2, 8, 5, 6, 7), 16, 3, 4, conv_bias=False), mode) == \
-        "aten -> relu_group_norm"
+    assert (
+        _path("conv3d_group_norm_mean", conv3d_args((2, 3, 6, 7, 8), 24, 3, 8), mode)
+        == "aten -> group_norm_mean"
+    )
+    assert (
+        _path(
+            "conv_transpose3d_relu_group_norm",
+            conv_transpose_args((2, 8, 5, 6, 7), 16, 3, 4, conv_bias=False),
+            mode,
+        )
+        == "aten -> relu_group_norm"
+    )
     assert _path("relu_group_norm", norm_args((2, 8, 5, 6), 4), mode) == "relu_group_norm"
     assert _path("group_norm_mean", norm_args((2, 8, 5, 6), 4), mode) == "group_norm_mean"
 
@@ -178,20 +213,25 @@ def test_dispatch_path_cuda(mode):
     assert _path("conv3d_group_norm_mean", conv3d, mode) == "aten_float32 -> group_norm_mean"
     cl = list(conv3d)
     cl[0] = conv3d[0].detach().to(memory_format=torch.channels_last_3d)
-    assert _path("conv3d_group_norm_mean", cl, mode) == \
-        "aten_float32 -> group_norm_mean_channels_last"
+    assert (
+        _path("conv3d_group_norm_mean", cl, mode) == "aten_float32 -> group_norm_mean_channels_last"
+    )
     half = conv3d_args((2, 3, 6, 7, 8), 24, 3, 8, device="cuda", dtype=torch.float16)
     assert _path("conv3d_group_norm_mean", half, mode) == "aten -> group_norm_mean"
     # The transposed-as-forward rewrite: with float32 only where eager's transposed kernel is
     # TF32 too (3x3x3, stride 1, no padding, one group) and TF32 is allowed; always in half.
     k3 = conv_transpose_args((2, 8, 5, 6, 7), 16, 3, 4, conv_bias=False, device="cuda")
-    assert _path("conv_transpose3d_relu_group_norm", k3, mode) == \
-        ("transposed_as_forward" if tf32 else "aten") + " -> relu_group_norm"
+    assert (
+        _path("conv_transpose3d_relu_group_norm", k3, mode)
+        == ("transposed_as_forward" if tf32 else "aten") + " -> relu_group_norm"
+    )
     k2 = conv_transpose_args((1, 6, 5, 3, 7), 12, 2, 3, device="cuda")
     assert _path("conv_transpose3d_relu_group_norm", k2, mode) == "aten -> relu_group_norm"
     k2_half = conv_transpose_args((1, 6, 5, 3, 7), 12, 2, 3, device="cuda", dtype=torch.float16)
-    assert _path("conv_transpose3d_relu_group_norm", k2_half, mode) == \
-        "transposed_as_forward -> relu_group_norm"
+    assert (
+        _path("conv_transpose3d_relu_group_norm", k2_half, mode)
+        == "transposed_as_forward -> relu_group_norm"
+    )
     strided = conv_transpose_args((1, 4, 3, 4, 5), 6, 3, 3, stride=2, device="cuda")
     assert _path("conv_transpose3d_relu_group_norm", strided, mode) == "aten -> relu_group_norm"
     # group_norm_mean reads channels-last in place when C is a multiple of the 16-byte vector.

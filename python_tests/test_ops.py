@@ -1,5 +1,6 @@
 """Tests of the four public operators torch.ops.fused.*, against independent float64
 PyTorch composites (conftest.REFERENCES), on CPU and (where available) CUDA."""
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,6 @@ from helpers import (
     check_against_reference,
     conv3d_args,
     conv_transpose_args,
-    convert_args,
     detach_args,
     fused_op,
     norm_args,
@@ -48,34 +48,85 @@ NORM_CASES = {
 }
 
 CONV_TRANSPOSE_CASES = {
-    "headline_like": dict(input_shape=(2, 4, 5, 6, 7), out_channels=8, kernel_size=3,
-                          num_groups=2, conv_bias=False),
-    "stride2_pad_outpad_groups2": dict(input_shape=(1, 4, 3, 4, 5), out_channels=6,
-                                       kernel_size=(3, 2, 3), num_groups=3, stride=2, padding=1,
-                                       output_padding=1, groups=2),
-    "dilation2_Cg1_no_affine": dict(input_shape=(2, 2, 4, 3, 5), out_channels=4, kernel_size=2,
-                                    num_groups=4, stride=(1, 2, 1), padding=(1, 0, 2),
-                                    output_padding=(0, 1, 0), dilation=2, gn_affine=False),
-    "stride3_outpad2_no_bias": dict(input_shape=(1, 3, 2, 3, 2), out_channels=6, kernel_size=3,
-                                    num_groups=2, stride=3, padding=(0, 1, 2),
-                                    output_padding=2, conv_bias=False),
-    "kernel1_batch3": dict(input_shape=(3, 5, 3, 5, 6), out_channels=10, kernel_size=1,
-                           num_groups=5),
+    "headline_like": dict(
+        input_shape=(2, 4, 5, 6, 7), out_channels=8, kernel_size=3, num_groups=2, conv_bias=False
+    ),
+    "stride2_pad_outpad_groups2": dict(
+        input_shape=(1, 4, 3, 4, 5),
+        out_channels=6,
+        kernel_size=(3, 2, 3),
+        num_groups=3,
+        stride=2,
+        padding=1,
+        output_padding=1,
+        groups=2,
+    ),
+    "dilation2_Cg1_no_affine": dict(
+        input_shape=(2, 2, 4, 3, 5),
+        out_channels=4,
+        kernel_size=2,
+        num_groups=4,
+        stride=(1, 2, 1),
+        padding=(1, 0, 2),
+        output_padding=(0, 1, 0),
+        dilation=2,
+        gn_affine=False,
+    ),
+    "stride3_outpad2_no_bias": dict(
+        input_shape=(1, 3, 2, 3, 2),
+        out_channels=6,
+        kernel_size=3,
+        num_groups=2,
+        stride=3,
+        padding=(0, 1, 2),
+        output_padding=2,
+        conv_bias=False,
+    ),
+    "kernel1_batch3": dict(
+        input_shape=(3, 5, 3, 5, 6), out_channels=10, kernel_size=1, num_groups=5
+    ),
 }
 
 CONV3D_CASES = {
-    "headline_like": dict(input_shape=(2, 3, 6, 7, 8), out_channels=12, kernel_size=3,
-                          num_groups=4),
-    "stride2_pad_dilation2_groups2": dict(input_shape=(1, 4, 7, 6, 9), out_channels=6,
-                                          kernel_size=3, num_groups=3, stride=2, padding=1,
-                                          dilation=2, groups=2),
-    "no_bias_no_affine_Cg1": dict(input_shape=(3, 2, 5, 5, 6), out_channels=4,
-                                  kernel_size=(1, 2, 3), num_groups=4, stride=(1, 2, 3),
-                                  padding=(0, 1, 1), conv_bias=False, gn_affine=False),
-    "pad_only_batch1": dict(input_shape=(1, 3, 3, 5, 7), out_channels=6, kernel_size=(3, 3, 2),
-                            num_groups=2, padding=(2, 0, 1)),
-    "groups3_bias_no_affine": dict(input_shape=(2, 6, 5, 6, 5), out_channels=9, kernel_size=2,
-                                   num_groups=3, groups=3, stride=(2, 1, 1), gn_affine=False),
+    "headline_like": dict(
+        input_shape=(2, 3, 6, 7, 8), out_channels=12, kernel_size=3, num_groups=4
+    ),
+    "stride2_pad_dilation2_groups2": dict(
+        input_shape=(1, 4, 7, 6, 9),
+        out_channels=6,
+        kernel_size=3,
+        num_groups=3,
+        stride=2,
+        padding=1,
+        dilation=2,
+        groups=2,
+    ),
+    "no_bias_no_affine_Cg1": dict(
+        input_shape=(3, 2, 5, 5, 6),
+        out_channels=4,
+        kernel_size=(1, 2, 3),
+        num_groups=4,
+        stride=(1, 2, 3),
+        padding=(0, 1, 1),
+        conv_bias=False,
+        gn_affine=False,
+    ),
+    "pad_only_batch1": dict(
+        input_shape=(1, 3, 3, 5, 7),
+        out_channels=6,
+        kernel_size=(3, 3, 2),
+        num_groups=2,
+        padding=(2, 0, 1),
+    ),
+    "groups3_bias_no_affine": dict(
+        input_shape=(2, 6, 5, 6, 5),
+        out_channels=9,
+        kernel_size=2,
+        num_groups=3,
+        groups=3,
+        stride=(2, 1, 1),
+        gn_affine=False,
+    ),
 }
 
 
@@ -88,14 +139,24 @@ def _norm_builder(**kw):
 
 def _conv_transpose_builder(**kw):
     kw = dict(kw)
-    return conv_transpose_args(kw.pop("input_shape"), kw.pop("out_channels"),
-                               kw.pop("kernel_size"), kw.pop("num_groups"), **kw)
+    return conv_transpose_args(
+        kw.pop("input_shape"),
+        kw.pop("out_channels"),
+        kw.pop("kernel_size"),
+        kw.pop("num_groups"),
+        **kw,
+    )
 
 
 def _conv3d_builder(**kw):
     kw = dict(kw)
-    return conv3d_args(kw.pop("input_shape"), kw.pop("out_channels"), kw.pop("kernel_size"),
-                       kw.pop("num_groups"), **kw)
+    return conv3d_args(
+        kw.pop("input_shape"),
+        kw.pop("out_channels"),
+        kw.pop("kernel_size"),
+        kw.pop("num_groups"),
+        **kw,
+    )
 
 
 BUILDERS = {
@@ -124,10 +185,14 @@ OPCHECK_CASES = [
     for op, cases in [
         ("relu_group_norm", ["5d_G3", "4d_no_affine", "5d_G1_weight_only", "2d_HxW1"]),
         ("group_norm_mean", ["5d_G3", "4d_no_affine", "4d_bias_only_eps", "3d_Cg1_batch1"]),
-        ("conv_transpose3d_relu_group_norm",
-         ["headline_like", "stride2_pad_outpad_groups2", "dilation2_Cg1_no_affine"]),
-        ("conv3d_group_norm_mean",
-         ["headline_like", "stride2_pad_dilation2_groups2", "no_bias_no_affine_Cg1"]),
+        (
+            "conv_transpose3d_relu_group_norm",
+            ["headline_like", "stride2_pad_outpad_groups2", "dilation2_Cg1_no_affine"],
+        ),
+        (
+            "conv3d_group_norm_mean",
+            ["headline_like", "stride2_pad_dilation2_groups2", "no_bias_no_affine_Cg1"],
+        ),
     ]
     for case in cases
     for rg in (True, False)
@@ -210,18 +275,27 @@ GRADCHECK_ARGS = {
     "relu_group_norm": lambda **kw: norm_args((2, 4, 3, 2), 2, **kw),
     "group_norm_mean": lambda **kw: norm_args((2, 6, 2, 3), 3, **kw),
     "conv_transpose3d_relu_group_norm": lambda **kw: conv_transpose_args(
-        (1, 2, 2, 3, 2), 4, 2, 2, stride=(2, 1, 2), padding=(0, 1, 0), output_padding=(1, 0, 0),
-        **kw),
+        (1, 2, 2, 3, 2),
+        4,
+        2,
+        2,
+        stride=(2, 1, 2),
+        padding=(0, 1, 0),
+        output_padding=(1, 0, 0),
+        **kw,
+    ),
     "conv3d_group_norm_mean": lambda **kw: conv3d_args(
-        (2, 2, 4, 3, 4), 4, 2, 2, stride=(2, 1, 1), padding=1, dilation=(1, 2, 1), **kw),
+        (2, 2, 4, 3, 4), 4, 2, 2, stride=(2, 1, 1), padding=1, dilation=(1, 2, 1), **kw
+    ),
 }
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_gradcheck(device, op):
     args = GRADCHECK_ARGS[op](dtype=torch.float64, device=device)
-    assert torch.autograd.gradcheck(fused_op(op), args, eps=1e-6, atol=1e-6, rtol=1e-5,
-                                    nondet_tol=NONDET_TOL[device])
+    assert torch.autograd.gradcheck(
+        fused_op(op), args, eps=1e-6, atol=1e-6, rtol=1e-5, nondet_tol=NONDET_TOL[device]
+    )
 
 
 # Backward on CUDA may reduce in a nondeterministic order (cuDNN's convolution backward and
@@ -232,13 +306,24 @@ NONDET_TOL = {"cpu": 0.0, "cuda": 1e-12}
 @pytest.mark.parametrize("op", ["conv_transpose3d_relu_group_norm", "conv3d_group_norm_mean"])
 def test_gradcheck_conv_groups_no_affine(device, op):
     if op == "conv_transpose3d_relu_group_norm":
-        args = conv_transpose_args((2, 4, 2, 2, 3), 4, (2, 1, 2), 4, groups=2, dilation=2,
-                                   gn_affine=False, dtype=torch.float64, device=device)
+        args = conv_transpose_args(
+            (2, 4, 2, 2, 3),
+            4,
+            (2, 1, 2),
+            4,
+            groups=2,
+            dilation=2,
+            gn_affine=False,
+            dtype=torch.float64,
+            device=device,
+        )
     else:
-        args = conv3d_args((1, 4, 3, 4, 3), 6, 2, 3, groups=2, conv_bias=False,
-                           dtype=torch.float64, device=device)
-    assert torch.autograd.gradcheck(fused_op(op), args, eps=1e-6, atol=1e-6, rtol=1e-5,
-                                    nondet_tol=NONDET_TOL[device])
+        args = conv3d_args(
+            (1, 4, 3, 4, 3), 6, 2, 3, groups=2, conv_bias=False, dtype=torch.float64, device=device
+        )
+    assert torch.autograd.gradcheck(
+        fused_op(op), args, eps=1e-6, atol=1e-6, rtol=1e-5, nondet_tol=NONDET_TOL[device]
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -273,24 +358,33 @@ def test_low_precision(device, op, case, dtype):
 # (a float64 reference flips ReLU's mask near 0, which moves gradients by O(1)).
 
 TRANSPOSED_AS_FORWARD_CASES = {
-    "headline_like": dict(input_shape=(2, 8, 5, 6, 7), out_channels=16, kernel_size=3,
-                          num_groups=4),
-    "groups2_dilation_padding": dict(input_shape=(2, 4, 5, 6, 7), out_channels=6,
-                                     kernel_size=(3, 2, 3), num_groups=3, padding=(1, 0, 2),
-                                     groups=2, dilation=(2, 1, 1)),
+    "headline_like": dict(
+        input_shape=(2, 8, 5, 6, 7), out_channels=16, kernel_size=3, num_groups=4
+    ),
+    "groups2_dilation_padding": dict(
+        input_shape=(2, 4, 5, 6, 7),
+        out_channels=6,
+        kernel_size=(3, 2, 3),
+        num_groups=3,
+        padding=(1, 0, 2),
+        groups=2,
+        dilation=(2, 1, 1),
+    ),
 }
 
 
 @requires_cuda
 @pytest.mark.parametrize("case", list(TRANSPOSED_AS_FORWARD_CASES))
 def test_transposed_conv_as_forward_tf32(case):
-    args = conv_transpose_args(**TRANSPOSED_AS_FORWARD_CASES[case], device="cuda",
-                               requires_grad=False)
+    args = conv_transpose_args(
+        **TRANSPOSED_AS_FORWARD_CASES[case], device="cuda", requires_grad=False
+    )
     previous = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = True
     try:
-        check_against_reference("conv_transpose3d_relu_group_norm", args, backward=False,
-                                rtol=2e-2, atol=2e-2)
+        check_against_reference(
+            "conv_transpose3d_relu_group_norm", args, backward=False, rtol=2e-2, atol=2e-2
+        )
     finally:
         torch.backends.cudnn.allow_tf32 = previous
 
@@ -322,13 +416,19 @@ def test_noncontiguous_inputs(device, op, case):
 
 
 @pytest.mark.tf32_off
-@pytest.mark.parametrize("op,case", [
-    pytest.param("relu_group_norm", "5d_G3", id="relu_group_norm"),
-    pytest.param("group_norm_mean", "5d_odd_spatial", id="group_norm_mean"),
-    pytest.param("conv_transpose3d_relu_group_norm", "headline_like",
-                 id="conv_transpose3d_relu_group_norm"),
-    pytest.param("conv3d_group_norm_mean", "headline_like", id="conv3d_group_norm_mean"),
-])
+@pytest.mark.parametrize(
+    "op,case",
+    [
+        pytest.param("relu_group_norm", "5d_G3", id="relu_group_norm"),
+        pytest.param("group_norm_mean", "5d_odd_spatial", id="group_norm_mean"),
+        pytest.param(
+            "conv_transpose3d_relu_group_norm",
+            "headline_like",
+            id="conv_transpose3d_relu_group_norm",
+        ),
+        pytest.param("conv3d_group_norm_mean", "headline_like", id="conv3d_group_norm_mean"),
+    ],
+)
 def test_channels_last_3d(device, op, case):
     args = make_args(op, case, device=device)
     cl = list(args)
@@ -349,7 +449,8 @@ EMPTY_ARGS = {
     "relu_group_norm": lambda **kw: norm_args((0, 6, 3, 4), 3, **kw),
     "group_norm_mean": lambda **kw: norm_args((0, 6, 3, 4, 2), 2, **kw),
     "conv_transpose3d_relu_group_norm": lambda **kw: conv_transpose_args(
-        (0, 4, 3, 4, 5), 6, 3, 3, stride=2, padding=1, output_padding=1, **kw),
+        (0, 4, 3, 4, 5), 6, 3, 3, stride=2, padding=1, output_padding=1, **kw
+    ),
     "conv3d_group_norm_mean": lambda **kw: conv3d_args((0, 3, 5, 6, 7), 6, 3, 2, **kw),
 }
 
@@ -360,10 +461,15 @@ def test_empty_batch(device, op):
     out = fused_op(op)(*args)
     ref, dargs = reference(op, args)
     assert out.shape == ref.shape and out.numel() == 0
-    grads = torch.autograd.grad(out, [a for a in args if isinstance(a, torch.Tensor)],
-                                torch.ones_like(out))
-    ref_grads = torch.autograd.grad(ref, [a for a in dargs if isinstance(a, torch.Tensor)],
-                                    torch.ones_like(ref), allow_unused=True)
+    grads = torch.autograd.grad(
+        out, [a for a in args if isinstance(a, torch.Tensor)], torch.ones_like(out)
+    )
+    ref_grads = torch.autograd.grad(
+        ref,
+        [a for a in dargs if isinstance(a, torch.Tensor)],
+        torch.ones_like(ref),
+        allow_unused=True,
+    )
     for g, rg, a in zip(grads, ref_grads, [a for a in args if isinstance(a, torch.Tensor)]):
         assert g.shape == a.shape
         if rg is None:
@@ -382,85 +488,199 @@ def _bad_cases():
         cases.append(pytest.param(op, build, match, id=f"{op}-{name}"))
 
     for op in NORM_OPS:
-        add(op, "rank1", lambda d: _replace(norm_args((2, 6, 4), 3, device=d), 0,
-                                            torch.randn(6, device=d)), r"input")
+        add(
+            op,
+            "rank1",
+            lambda d: _replace(norm_args((2, 6, 4), 3, device=d), 0, torch.randn(6, device=d)),
+            r"input",
+        )
         add(op, "C_not_divisible", lambda d: norm_args((2, 6, 4), 4, device=d), r"num_groups")
         add(op, "num_groups0", lambda d: norm_args((2, 6, 4), 0, device=d), r"num_groups")
-        add(op, "weight_shape", lambda d: _replace(norm_args((2, 6, 4), 3, device=d), 2,
-                                                   torch.ones(3, device=d)), r"weight")
-        add(op, "bias_shape", lambda d: _replace(norm_args((2, 6, 4), 3, device=d), 3,
-                                                 torch.ones(6, 1, device=d)), r"bias")
-        add(op, "weight_dtype", lambda d: _replace(norm_args((2, 6, 4), 3, device=d), 2,
-                                                   torch.ones(6, dtype=torch.float64, device=d)),
-            r"weight.*dtype")
-        add(op, "integer_input", lambda d: _replace(norm_args((2, 6, 4), 3, affine=False,
-                                                              device=d, requires_grad=False),
-                                                    0, torch.ones(2, 6, 4, dtype=torch.int32,
-                                                                  device=d)),
-            r"input.*floating")
-        add(op, "negative_eps", lambda d: _replace(norm_args((2, 6, 4), 3, device=d), 4, -1.0),
-            r"eps")
+        add(
+            op,
+            "weight_shape",
+            lambda d: _replace(norm_args((2, 6, 4), 3, device=d), 2, torch.ones(3, device=d)),
+            r"weight",
+        )
+        add(
+            op,
+            "bias_shape",
+            lambda d: _replace(norm_args((2, 6, 4), 3, device=d), 3, torch.ones(6, 1, device=d)),
+            r"bias",
+        )
+        add(
+            op,
+            "weight_dtype",
+            lambda d: _replace(
+                norm_args((2, 6, 4), 3, device=d), 2, torch.ones(6, dtype=torch.float64, device=d)
+            ),
+            r"weight.*dtype",
+        )
+        add(
+            op,
+            "integer_input",
+            lambda d: _replace(
+                norm_args((2, 6, 4), 3, affine=False, device=d, requires_grad=False),
+                0,
+                torch.ones(2, 6, 4, dtype=torch.int32, device=d),
+            ),
+            r"input.*floating",
+        )
+        add(
+            op,
+            "negative_eps",
+            lambda d: _replace(norm_args((2, 6, 4), 3, device=d), 4, -1.0),
+            r"eps",
+        )
         add(op, "empty_spatial", lambda d: norm_args((2, 6, 0), 3, device=d), r"spatial")
-        add(op, "weight_on_meta", lambda d: _replace(norm_args((2, 6, 4), 3, device=d), 2,
-                                                     torch.ones(6, device="meta")),
-            r"weight.*device")
+        add(
+            op,
+            "weight_on_meta",
+            lambda d: _replace(norm_args((2, 6, 4), 3, device=d), 2, torch.ones(6, device="meta")),
+            r"weight.*device",
+        )
 
     ct = "conv_transpose3d_relu_group_norm"
     base_ct = lambda d, **kw: conv_transpose_args((1, 4, 3, 3, 3), 6, 3, 3, device=d, **kw)
-    add(ct, "input_rank4", lambda d: _replace(base_ct(d), 0, torch.randn(4, 3, 3, 3, device=d)),
-        r"input")
-    add(ct, "weight_rank4", lambda d: _replace(base_ct(d), 1, torch.randn(4, 6, 3, 3, device=d)),
-        r"weight")
-    add(ct, "weight_Cin", lambda d: _replace(base_ct(d), 1, torch.randn(5, 6, 3, 3, 3, device=d)),
-        r"weight")
+    add(
+        ct,
+        "input_rank4",
+        lambda d: _replace(base_ct(d), 0, torch.randn(4, 3, 3, 3, device=d)),
+        r"input",
+    )
+    add(
+        ct,
+        "weight_rank4",
+        lambda d: _replace(base_ct(d), 1, torch.randn(4, 6, 3, 3, device=d)),
+        r"weight",
+    )
+    add(
+        ct,
+        "weight_Cin",
+        lambda d: _replace(base_ct(d), 1, torch.randn(5, 6, 3, 3, 3, device=d)),
+        r"weight",
+    )
     add(ct, "negative_padding", lambda d: _replace(base_ct(d), 4, [0, -1, 0]), r"padding")
     add(ct, "stride0", lambda d: _replace(base_ct(d), 3, [1, 0, 1]), r"stride")
     add(ct, "dilation0", lambda d: _replace(base_ct(d), 7, [0, 1, 1]), r"dilation")
-    add(ct, "output_padding_too_large", lambda d: base_ct(d, stride=2, output_padding=2),
-        r"output_padding")
+    add(
+        ct,
+        "output_padding_too_large",
+        lambda d: base_ct(d, stride=2, output_padding=2),
+        r"output_padding",
+    )
     add(ct, "stride_two_entries", lambda d: _replace(base_ct(d), 3, [1, 1]), r"stride")
     add(ct, "groups_not_dividing_Cin", lambda d: _replace(base_ct(d), 6, 3), r"groups")
     add(ct, "num_groups_not_dividing_Cout", lambda d: _replace(base_ct(d), 8, 4), r"num_groups")
-    add(ct, "gn_weight_shape", lambda d: _replace(base_ct(d), 9, torch.ones(4, device=d)),
-        r"gn_weight")
-    add(ct, "gn_bias_dtype", lambda d: _replace(base_ct(d), 10,
-                                                torch.ones(6, dtype=torch.float64, device=d)),
-        r"gn_bias.*dtype")
-    add(ct, "conv_bias_shape", lambda d: _replace(base_ct(d), 2, torch.ones(4, device=d)),
-        r"conv_bias")
-    add(ct, "weight_dtype", lambda d: _replace(base_ct(d), 1, torch.randn(
-        4, 6, 3, 3, 3, dtype=torch.float64, device=d)), r"weight.*dtype")
-    add(ct, "integer_input", lambda d: _replace(base_ct(d), 0, torch.ones(
-        1, 4, 3, 3, 3, dtype=torch.int64, device=d)), r"input.*floating")
-    add(ct, "input_meta_weight_cpu", lambda d: _replace(base_ct("cpu"), 0, torch.empty(
-        1, 4, 3, 3, 3, device="meta")), r"weight.*device")
-    add(ct, "input_cpu_weight_meta", lambda d: _replace(base_ct("cpu"), 1, torch.empty(
-        4, 6, 3, 3, 3, device="meta")), r"weight.*device")
+    add(
+        ct,
+        "gn_weight_shape",
+        lambda d: _replace(base_ct(d), 9, torch.ones(4, device=d)),
+        r"gn_weight",
+    )
+    add(
+        ct,
+        "gn_bias_dtype",
+        lambda d: _replace(base_ct(d), 10, torch.ones(6, dtype=torch.float64, device=d)),
+        r"gn_bias.*dtype",
+    )
+    add(
+        ct,
+        "conv_bias_shape",
+        lambda d: _replace(base_ct(d), 2, torch.ones(4, device=d)),
+        r"conv_bias",
+    )
+    add(
+        ct,
+        "weight_dtype",
+        lambda d: _replace(
+            base_ct(d), 1, torch.randn(4, 6, 3, 3, 3, dtype=torch.float64, device=d)
+        ),
+        r"weight.*dtype",
+    )
+    add(
+        ct,
+        "integer_input",
+        lambda d: _replace(base_ct(d), 0, torch.ones(1, 4, 3, 3, 3, dtype=torch.int64, device=d)),
+        r"input.*floating",
+    )
+    add(
+        ct,
+        "input_meta_weight_cpu",
+        lambda d: _replace(base_ct("cpu"), 0, torch.empty(1, 4, 3, 3, 3, device="meta")),
+        r"weight.*device",
+    )
+    add(
+        ct,
+        "input_cpu_weight_meta",
+        lambda d: _replace(base_ct("cpu"), 1, torch.empty(4, 6, 3, 3, 3, device="meta")),
+        r"weight.*device",
+    )
 
     cv = "conv3d_group_norm_mean"
     base_cv = lambda d, **kw: conv3d_args((2, 4, 5, 5, 5), 6, 3, 3, device=d, **kw)
-    add(cv, "input_rank6", lambda d: _replace(base_cv(d), 0, torch.randn(
-        2, 4, 5, 5, 5, 1, device=d)), r"input")
-    add(cv, "weight_Cin", lambda d: _replace(base_cv(d), 1, torch.randn(6, 3, 3, 3, 3, device=d)),
-        r"weight")
+    add(
+        cv,
+        "input_rank6",
+        lambda d: _replace(base_cv(d), 0, torch.randn(2, 4, 5, 5, 5, 1, device=d)),
+        r"input",
+    )
+    add(
+        cv,
+        "weight_Cin",
+        lambda d: _replace(base_cv(d), 1, torch.randn(6, 3, 3, 3, 3, device=d)),
+        r"weight",
+    )
     add(cv, "negative_padding", lambda d: _replace(base_cv(d), 4, [-1, 0, 0]), r"padding")
     add(cv, "stride0", lambda d: _replace(base_cv(d), 3, [1, 1, 0]), r"stride")
     add(cv, "dilation0", lambda d: _replace(base_cv(d), 5, [1, 0, 1]), r"dilation")
-    add(cv, "input_smaller_than_kernel", lambda d: _replace(base_cv(d), 0, torch.randn(
-        2, 4, 2, 5, 5, device=d)), r"kernel")
-    add(cv, "groups_not_dividing_Cout", lambda d: _replace(base_cv(d, groups=2), 1,
-                                                          torch.randn(5, 2, 3, 3, 3, device=d)),
-        r"groups")
+    add(
+        cv,
+        "input_smaller_than_kernel",
+        lambda d: _replace(base_cv(d), 0, torch.randn(2, 4, 2, 5, 5, device=d)),
+        r"kernel",
+    )
+    add(
+        cv,
+        "groups_not_dividing_Cout",
+        lambda d: _replace(base_cv(d, groups=2), 1, torch.randn(5, 2, 3, 3, 3, device=d)),
+        r"groups",
+    )
     add(cv, "num_groups_not_dividing_Cout", lambda d: _replace(base_cv(d), 7, 4), r"num_groups")
-    add(cv, "gn_weight_shape", lambda d: _replace(base_cv(d), 8, torch.ones(6, 1, device=d)),
-        r"gn_weight")
-    add(cv, "conv_bias_dtype", lambda d: _replace(base_cv(d), 2, torch.ones(
-        6, dtype=torch.float16, device=d)), r"conv_bias.*dtype")
-    add(cv, "integer_weight", lambda d: _replace(base_cv(d, requires_grad=False), 1, torch.ones(
-        6, 4, 3, 3, 3, dtype=torch.int32, device=d)), r"weight.*dtype")
-    add(cv, "input_meta_conv_bias_cpu", lambda d: _replace(
-        _replace(base_cv("cpu", requires_grad=False), 0, torch.empty(2, 4, 5, 5, 5, device="meta")),
-        1, torch.empty(6, 4, 3, 3, 3, device="meta")), r"conv_bias.*device")
+    add(
+        cv,
+        "gn_weight_shape",
+        lambda d: _replace(base_cv(d), 8, torch.ones(6, 1, device=d)),
+        r"gn_weight",
+    )
+    add(
+        cv,
+        "conv_bias_dtype",
+        lambda d: _replace(base_cv(d), 2, torch.ones(6, dtype=torch.float16, device=d)),
+        r"conv_bias.*dtype",
+    )
+    add(
+        cv,
+        "integer_weight",
+        lambda d: _replace(
+            base_cv(d, requires_grad=False),
+            1,
+            torch.ones(6, 4, 3, 3, 3, dtype=torch.int32, device=d),
+        ),
+        r"weight.*dtype",
+    )
+    add(
+        cv,
+        "input_meta_conv_bias_cpu",
+        lambda d: _replace(
+            _replace(
+                base_cv("cpu", requires_grad=False), 0, torch.empty(2, 4, 5, 5, 5, device="meta")
+            ),
+            1,
+            torch.empty(6, 4, 3, 3, 3, device="meta"),
+        ),
+        r"conv_bias.*device",
+    )
     return cases
 
 
@@ -533,9 +753,9 @@ def test_deterministic(device, op, case):
             "relu_group_norm": lambda **kw: norm_args((4, 32, 24, 40, 40), 8, **kw),
             "group_norm_mean": lambda **kw: norm_args((4, 32, 24, 40, 40), 8, **kw),
             "conv_transpose3d_relu_group_norm": lambda **kw: conv_transpose_args(
-                (2, 16, 12, 16, 16), 32, 3, 8, **kw),
-            "conv3d_group_norm_mean": lambda **kw: conv3d_args((8, 3, 24, 32, 32), 24, 3, 8,
-                                                               **kw),
+                (2, 16, 12, 16, 16), 32, 3, 8, **kw
+            ),
+            "conv3d_group_norm_mean": lambda **kw: conv3d_args((8, 3, 24, 32, 32), 24, 3, 8, **kw),
         }
         args = sizes[op](device=device)
     else:
@@ -583,8 +803,12 @@ def test_compile(device, op, mode, fresh_dynamo):
         for i in tensor_arg_indices(args):
             # (The compiled graph may reduce in another order: gradients that are sums of
             # cancelling terms get a looser bound.)
-            assert_close_scaled(comp_args[i].grad, eager_args[i].grad, 1e-4,
-                                what=f"compiled {op} grad of argument {i}")
+            assert_close_scaled(
+                comp_args[i].grad,
+                eager_args[i].grad,
+                1e-4,
+                what=f"compiled {op} grad of argument {i}",
+            )
 
 
 def test_compile_composite_with_other_ops(device, fresh_dynamo):
@@ -613,11 +837,15 @@ def test_compile_dynamic_shapes(device, op, fresh_dynamo):
     f = fused_op(op)
     compiled = torch.compile(lambda *a: f(*a), fullgraph=True, dynamic=True)
     if op == "relu_group_norm":
-        shapes = [norm_args((2, 6, 5, 7, 3), 3, device=device),
-                  norm_args((3, 6, 4, 9, 5), 3, device=device)]
+        shapes = [
+            norm_args((2, 6, 5, 7, 3), 3, device=device),
+            norm_args((3, 6, 4, 9, 5), 3, device=device),
+        ]
     else:
-        shapes = [conv_transpose_args((2, 4, 5, 6, 7), 8, 3, 2, stride=2, device=device),
-                  conv_transpose_args((1, 4, 4, 7, 3), 8, 3, 2, stride=2, device=device)]
+        shapes = [
+            conv_transpose_args((2, 4, 5, 6, 7), 8, 3, 2, stride=2, device=device),
+            conv_transpose_args((1, 4, 4, 7, 3), 8, 3, 2, stride=2, device=device),
+        ]
     for args in shapes:
         comp_args = detach_args(args)
         out = compiled(*comp_args)
@@ -626,8 +854,9 @@ def test_compile_dynamic_shapes(device, op, fresh_dynamo):
         g = torch.randn_like(out)
         grads = torch.autograd.grad(out, [comp_args[i] for i in tensor_arg_indices(args)], g)
         eager_args = detach_args(args)
-        eager_grads = torch.autograd.grad(f(*eager_args),
-                                          [eager_args[i] for i in tensor_arg_indices(args)], g)
+        eager_grads = torch.autograd.grad(
+            f(*eager_args), [eager_args[i] for i in tensor_arg_indices(args)], g
+        )
         for a, e in zip(grads, eager_grads):
             assert_close_scaled(a, e, 1e-4, what="compiled grad, dynamic shapes")
 
@@ -638,20 +867,43 @@ def test_compile_dynamic_shapes(device, op, fresh_dynamo):
 
 def test_functional_wrappers(device):
     x, _, w, b, _ = norm_args((2, 6, 3, 4), 3, device=device)
-    torch.testing.assert_close(fused_ops.relu_group_norm(x, 3, w, b),
-                               torch.ops.fused.relu_group_norm(x, 3, w, b, 1e-5))
-    torch.testing.assert_close(fused_ops.group_norm_mean(x, 3, weight=w, bias=b, eps=1e-3),
-                               torch.ops.fused.group_norm_mean(x, 3, w, b, 1e-3))
-    torch.testing.assert_close(fused_ops.relu_group_norm(x, 3), fused_ops.relu_group_norm(
-        x, 3, None, None, 1e-5))
+    torch.testing.assert_close(
+        fused_ops.relu_group_norm(x, 3, w, b), torch.ops.fused.relu_group_norm(x, 3, w, b, 1e-5)
+    )
+    torch.testing.assert_close(
+        fused_ops.group_norm_mean(x, 3, weight=w, bias=b, eps=1e-3),
+        torch.ops.fused.group_norm_mean(x, 3, w, b, 1e-3),
+    )
+    torch.testing.assert_close(
+        fused_ops.relu_group_norm(x, 3), fused_ops.relu_group_norm(x, 3, None, None, 1e-5)
+    )
 
-    args = conv_transpose_args((1, 4, 3, 4, 5), 6, (3, 2, 3), 3, stride=2, padding=1,
-                               output_padding=1, groups=2, device=device)
+    args = conv_transpose_args(
+        (1, 4, 3, 4, 5),
+        6,
+        (3, 2, 3),
+        3,
+        stride=2,
+        padding=1,
+        output_padding=1,
+        groups=2,
+        device=device,
+    )
     x, cw, cb, stride, padding, output_padding, groups, dilation, G, gw, gb, eps = args
     expected = torch.ops.fused.conv_transpose3d_relu_group_norm(*args)
     got = fused_ops.conv_transpose3d_relu_group_norm(
-        x, cw, cb, stride=2, padding=(1,), output_padding=(1, 1, 1), groups=2, dilation=1,
-        num_groups=G, gn_weight=gw, gn_bias=gb)
+        x,
+        cw,
+        cb,
+        stride=2,
+        padding=(1,),
+        output_padding=(1, 1, 1),
+        groups=2,
+        dilation=1,
+        num_groups=G,
+        gn_weight=gw,
+        gn_bias=gb,
+    )
     torch.testing.assert_close(got, expected)
     got = fused_ops.conv_transpose3d_relu_group_norm(x, cw, cb, 2, 1, 1, 2, (1, 1, 1), G, gw, gb)
     torch.testing.assert_close(got, expected)
@@ -663,14 +915,20 @@ def test_functional_wrappers(device):
     args = conv3d_args((2, 3, 6, 7, 8), 12, 3, 4, dilation=(1, 2, 1), device=device)
     x, cw, cb, stride, padding, dilation, groups, G, gw, gb, eps = args
     expected = torch.ops.fused.conv3d_group_norm_mean(*args)
-    got = fused_ops.conv3d_group_norm_mean(x, cw, cb, 1, "valid", dilation=[1, 2, 1],
-                                           num_groups=G, gn_weight=gw, gn_bias=gb)
+    got = fused_ops.conv3d_group_norm_mean(
+        x, cw, cb, 1, "valid", dilation=[1, 2, 1], num_groups=G, gn_weight=gw, gn_bias=gb
+    )
     torch.testing.assert_close(got, expected)
     # padding='same' as in F.conv3d
-    got = fused_ops.conv3d_group_norm_mean(x, cw, cb, padding="same", dilation=(1, 2, 1),
-                                           num_groups=G, gn_weight=gw, gn_bias=gb)
-    y = F.group_norm(F.conv3d(x.double(), cw.double(), cb.double(), padding="same",
-                              dilation=(1, 2, 1)), G, gw.double(), gb.double())
+    got = fused_ops.conv3d_group_norm_mean(
+        x, cw, cb, padding="same", dilation=(1, 2, 1), num_groups=G, gn_weight=gw, gn_bias=gb
+    )
+    y = F.group_norm(
+        F.conv3d(x.double(), cw.double(), cb.double(), padding="same", dilation=(1, 2, 1)),
+        G,
+        gw.double(),
+        gb.double(),
+    )
     assert_close_to_ref(got, y.mean(dim=[1, 2, 3, 4]))
     with pytest.raises(ValueError, match="same"):
         fused_ops.conv3d_group_norm_mean(x, cw[:, :, :2], cb, padding="same", num_groups=G)
@@ -695,8 +953,16 @@ def _run_pythons(code, env_updates_list, cwd):
         env = dict(os.environ)
         env.pop("FUSED_OPS_LIBRARY", None)
         env.update(updates)
-        procs.append(subprocess.Popen([sys.executable, "-c", code], cwd=cwd, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code],
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     results = []
     for p in procs:
         out, err = p.communicate(timeout=300)
@@ -710,16 +976,23 @@ def test_library_search(tmp_path):
     # in the package directory (as an installed copy has it).
     bare, installed = tmp_path / "bare", tmp_path / "installed"
     for root in (bare, installed):
-        shutil.copytree(os.path.join(REPO_DIR, "fused_ops"), root / "fused_ops",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        shutil.copytree(
+            os.path.join(REPO_DIR, "fused_ops"),
+            root / "fused_ops",
+            ignore=shutil.ignore_patterns("__pycache__", "*.so"),
+        )
     shutil.copy(fused_ops.library_path, installed / "fused_ops" / "libfused_ops.so")
     code = "import fused_ops; print('LOADED', fused_ops.library_path)"
-    missing, from_env, bad_env, from_package = _run_pythons(code, [
-        {"PYTHONPATH": str(bare)},
-        {"PYTHONPATH": str(bare), "FUSED_OPS_LIBRARY": fused_ops.library_path},
-        {"PYTHONPATH": str(bare), "FUSED_OPS_LIBRARY": str(tmp_path / "nope.so")},
-        {"PYTHONPATH": str(installed)},
-    ], cwd=tmp_path)
+    missing, from_env, bad_env, from_package = _run_pythons(
+        code,
+        [
+            {"PYTHONPATH": str(bare)},
+            {"PYTHONPATH": str(bare), "FUSED_OPS_LIBRARY": fused_ops.library_path},
+            {"PYTHONPATH": str(bare), "FUSED_OPS_LIBRARY": str(tmp_path / "nope.so")},
+            {"PYTHONPATH": str(installed)},
+        ],
+        cwd=tmp_path,
+    )
     # No library anywhere: ImportError listing where it looked.
     assert missing.returncode != 0
     assert "ImportError" in missing.stderr and "FUSED_OPS_LIBRARY" in missing.stderr

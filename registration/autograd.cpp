@@ -74,8 +74,7 @@ class ReluGroupNormFunction : public torch::autograd::Function<ReluGroupNormFunc
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, int64_t num_groups,
                             const OptTensor& weight, const OptTensor& bias, double eps) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [output, mean, rstd] =
-        api::_relu_group_norm_forward(input, num_groups, weight, bias, eps);
+    auto [output, mean, rstd] = api::_relu_group_norm_forward(input, num_groups, weight, bias, eps);
     ctx->save_for_backward({input, weight.value_or(at::Tensor()), mean, rstd});
     save_presence(ctx, {true, is_defined(weight), is_defined(bias)});
     ctx->saved_data["num_groups"] = num_groups;
@@ -87,14 +86,13 @@ class ReluGroupNormFunction : public torch::autograd::Function<ReluGroupNormFunc
     // Differentiable inputs, in order: input, weight, bias.
     auto [grad_input, grad_weight, grad_bias] = api::_relu_group_norm_backward(
         grad_outputs[0], saved[0], saved[2], saved[3], ctx->saved_data["num_groups"].toInt(),
-        as_optional(saved[1]),
-        input_grad_mask<3>(ctx));
+        as_optional(saved[1]), input_grad_mask<3>(ctx));
     return {grad_input, at::Tensor(), grad_weight, grad_bias, at::Tensor()};
   }
 };
 
 at::Tensor relu_group_norm_autograd(const at::Tensor& input, int64_t num_groups,
-                                   const OptTensor& weight, const OptTensor& bias, double eps) {
+                                    const OptTensor& weight, const OptTensor& bias, double eps) {
   if (!needs_grad({&input}, {&weight, &bias})) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return api::relu_group_norm(input, num_groups, weight, bias, eps);
@@ -121,14 +119,13 @@ class GroupNormMeanFunction : public torch::autograd::Function<GroupNormMeanFunc
     const auto saved = ctx->get_saved_variables();
     auto [grad_input, grad_weight, grad_bias] = api::_group_norm_mean_backward(
         grad_outputs[0], saved[0], saved[2], saved[3], saved[4],
-        ctx->saved_data["num_groups"].toInt(), as_optional(saved[1]),
-        input_grad_mask<3>(ctx));
+        ctx->saved_data["num_groups"].toInt(), as_optional(saved[1]), input_grad_mask<3>(ctx));
     return {grad_input, at::Tensor(), grad_weight, grad_bias, at::Tensor()};
   }
 };
 
 at::Tensor group_norm_mean_autograd(const at::Tensor& input, int64_t num_groups,
-                                   const OptTensor& weight, const OptTensor& bias, double eps) {
+                                    const OptTensor& weight, const OptTensor& bias, double eps) {
   if (!needs_grad({&input}, {&weight, &bias})) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return api::group_norm_mean(input, num_groups, weight, bias, eps);
@@ -157,8 +154,8 @@ class ConvTranspose3dReluGroupNormFunction
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
                             const OptTensor& conv_bias, at::IntArrayRef stride,
-                            at::IntArrayRef padding, at::IntArrayRef output_padding,
-                            int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
+                            at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+                            at::IntArrayRef dilation, int64_t num_groups,
                             const OptTensor& gn_weight, const OptTensor& gn_bias, double eps) {
     at::AutoDispatchBelowADInplaceOrView guard;
     auto [output, conv_output, mean, rstd] = api::_conv_transpose3d_relu_group_norm_forward(
@@ -166,8 +163,8 @@ class ConvTranspose3dReluGroupNormFunction
         gn_weight, gn_bias, eps);
     ctx->save_for_backward(
         {input, weight, gn_weight.value_or(at::Tensor()), conv_output, mean, rstd});
-    save_presence(ctx, {true, true, is_defined(conv_bias), is_defined(gn_weight),
-                        is_defined(gn_bias)});
+    save_presence(ctx,
+                  {true, true, is_defined(conv_bias), is_defined(gn_weight), is_defined(gn_bias)});
     save_conv_args(ctx, stride, padding, output_padding, dilation, groups, num_groups,
                    is_defined(conv_bias));
     return output;
@@ -183,16 +180,15 @@ class ConvTranspose3dReluGroupNormFunction
             data["output_padding"].toIntVector(), data["groups"].toInt(),
             data["dilation"].toIntVector(), data["num_groups"].toInt(), as_optional(saved[2]),
             data["has_conv_bias"].toBool(), input_grad_mask<5>(ctx));
-    return {grad_input,  grad_weight,  grad_conv_bias, at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(),   at::Tensor(),
-            at::Tensor(), grad_gn_weight, grad_gn_bias, at::Tensor()};
+    return {grad_input,   grad_weight,  grad_conv_bias, at::Tensor(),   at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(),   grad_gn_weight, grad_gn_bias, at::Tensor()};
   }
 };
 
 at::Tensor conv_transpose3d_relu_group_norm_autograd(
     const at::Tensor& input, const at::Tensor& weight, const OptTensor& conv_bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, int64_t num_groups, const OptTensor& gn_weight,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+    at::IntArrayRef dilation, int64_t num_groups, const OptTensor& gn_weight,
     const OptTensor& gn_bias, double eps) {
   if (!needs_grad({&input, &weight}, {&conv_bias, &gn_weight, &gn_bias})) {
     at::AutoDispatchBelowADInplaceOrView guard;
@@ -207,8 +203,7 @@ at::Tensor conv_transpose3d_relu_group_norm_autograd(
 
 // conv3d_group_norm_mean(input, weight, conv_bias, stride, padding, dilation, groups,
 //                        num_groups, gn_weight, gn_bias, eps)
-class Conv3dGroupNormMeanFunction
-    : public torch::autograd::Function<Conv3dGroupNormMeanFunction> {
+class Conv3dGroupNormMeanFunction : public torch::autograd::Function<Conv3dGroupNormMeanFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
                             const OptTensor& conv_bias, at::IntArrayRef stride,
@@ -216,15 +211,15 @@ class Conv3dGroupNormMeanFunction
                             int64_t num_groups, const OptTensor& gn_weight,
                             const OptTensor& gn_bias, double eps) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [output, conv_output, mean, rstd, channel_mean] = api::_conv3d_group_norm_mean_forward(
-        input, weight, conv_bias, stride, padding, dilation, groups, num_groups, gn_weight,
-        gn_bias, eps);
+    auto [output, conv_output, mean, rstd, channel_mean] =
+        api::_conv3d_group_norm_mean_forward(input, weight, conv_bias, stride, padding, dilation,
+                                             groups, num_groups, gn_weight, gn_bias, eps);
     ctx->save_for_backward(
         {input, weight, gn_weight.value_or(at::Tensor()), conv_output, mean, rstd, channel_mean});
-    save_presence(ctx, {true, true, is_defined(conv_bias), is_defined(gn_weight),
-                        is_defined(gn_bias)});
-    save_conv_args(ctx, stride, padding, /*output_padding=*/{0, 0, 0}, dilation, groups,
-                   num_groups, is_defined(conv_bias));
+    save_presence(ctx,
+                  {true, true, is_defined(conv_bias), is_defined(gn_weight), is_defined(gn_bias)});
+    save_conv_args(ctx, stride, padding, /*output_padding=*/{0, 0, 0}, dilation, groups, num_groups,
+                   is_defined(conv_bias));
     return output;
   }
 
@@ -237,9 +232,8 @@ class Conv3dGroupNormMeanFunction
             data["stride"].toIntVector(), data["padding"].toIntVector(),
             data["dilation"].toIntVector(), data["groups"].toInt(), data["num_groups"].toInt(),
             as_optional(saved[2]), data["has_conv_bias"].toBool(), input_grad_mask<5>(ctx));
-    return {grad_input,   grad_weight,  grad_conv_bias, at::Tensor(),   at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(),   grad_gn_weight, grad_gn_bias,
-            at::Tensor()};
+    return {grad_input,   grad_weight,  grad_conv_bias, at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), grad_gn_weight, grad_gn_bias, at::Tensor()};
   }
 };
 
@@ -251,8 +245,8 @@ at::Tensor conv3d_group_norm_mean_autograd(const at::Tensor& input, const at::Te
                                            double eps) {
   if (!needs_grad({&input, &weight}, {&conv_bias, &gn_weight, &gn_bias})) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return api::conv3d_group_norm_mean(input, weight, conv_bias, stride, padding, dilation,
-                                       groups, num_groups, gn_weight, gn_bias, eps);
+    return api::conv3d_group_norm_mean(input, weight, conv_bias, stride, padding, dilation, groups,
+                                       num_groups, gn_weight, gn_bias, eps);
   }
   return Conv3dGroupNormMeanFunction::apply(input, weight, conv_bias, stride, padding, dilation,
                                             groups, num_groups, gn_weight, gn_bias, eps);

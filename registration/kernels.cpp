@@ -21,11 +21,9 @@ namespace {
 void register_norm_kernels(torch::Library& m) {
   m.impl("relu_group_norm", TORCH_FN(norm::relu_group_norm));
   m.impl("group_norm_mean", TORCH_FN(norm::group_norm_mean));
-  m.impl("_relu_group_norm_forward",
-         TORCH_FN(norm::relu_group_norm_forward));
+  m.impl("_relu_group_norm_forward", TORCH_FN(norm::relu_group_norm_forward));
   m.impl("_relu_group_norm_backward", TORCH_FN(norm::relu_group_norm_backward));
-  m.impl("_group_norm_mean_forward",
-         TORCH_FN(norm::group_norm_mean_forward));
+  m.impl("_group_norm_mean_forward", TORCH_FN(norm::group_norm_mean_forward));
   m.impl("_group_norm_mean_backward", TORCH_FN(norm::group_norm_mean_backward));
 }
 

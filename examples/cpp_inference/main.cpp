@@ -174,8 +174,7 @@ int main(int argc, char** argv) {
     }
     synchronize(device);
     const auto stop = std::chrono::steady_clock::now();
-    const double ms =
-        std::chrono::duration<double, std::milli>(stop - start).count() / opt.runs;
+    const double ms = std::chrono::duration<double, std::milli>(stop - start).count() / opt.runs;
 
     const torch::Tensor out64 = output.to(torch::kCPU, torch::kFloat64);
     const double sum = out64.sum().item<double>();

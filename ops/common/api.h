@@ -16,20 +16,19 @@ namespace api {
 
 at::Tensor relu_group_norm(const at::Tensor& input, int64_t num_groups,
                            const c10::optional<at::Tensor>& weight = c10::nullopt,
-                           const c10::optional<at::Tensor>& bias = c10::nullopt,
-                           double eps = 1e-5);
+                           const c10::optional<at::Tensor>& bias = c10::nullopt, double eps = 1e-5);
 
 at::Tensor group_norm_mean(const at::Tensor& input, int64_t num_groups,
                            const c10::optional<at::Tensor>& weight = c10::nullopt,
-                           const c10::optional<at::Tensor>& bias = c10::nullopt,
-                           double eps = 1e-5);
+                           const c10::optional<at::Tensor>& bias = c10::nullopt, double eps = 1e-5);
 
-at::Tensor conv_transpose3d_relu_group_norm(
-    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
-    double eps);
+at::Tensor conv_transpose3d_relu_group_norm(const at::Tensor& input, const at::Tensor& weight,
+                                            const c10::optional<at::Tensor>& conv_bias,
+                                            at::IntArrayRef stride, at::IntArrayRef padding,
+                                            at::IntArrayRef output_padding, int64_t groups,
+                                            at::IntArrayRef dilation, int64_t num_groups,
+                                            const c10::optional<at::Tensor>& gn_weight,
+                                            const c10::optional<at::Tensor>& gn_bias, double eps);
 
 at::Tensor conv3d_group_norm_mean(const at::Tensor& input, const at::Tensor& weight,
                                   const c10::optional<at::Tensor>& conv_bias,
@@ -50,10 +49,9 @@ std::string group_norm_mean_path(const at::Tensor& input, int64_t num_groups,
                                  double eps = 1e-5);
 std::string conv_transpose3d_relu_group_norm_path(
     const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
-    double eps);
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+    at::IntArrayRef dilation, int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+    const c10::optional<at::Tensor>& gn_bias, double eps);
 std::string conv3d_group_norm_mean_path(const at::Tensor& input, const at::Tensor& weight,
                                         const c10::optional<at::Tensor>& conv_bias,
                                         at::IntArrayRef stride, at::IntArrayRef padding,
@@ -82,28 +80,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> _group_norm_mean_backward(
     const at::Tensor& rstd, const at::Tensor& channel_mean, int64_t num_groups,
     const c10::optional<at::Tensor>& weight, std::array<bool, 3> output_mask);
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> _conv_transpose3d_relu_group_norm_forward(
-    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
-    double eps);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+_conv_transpose3d_relu_group_norm_forward(const at::Tensor& input, const at::Tensor& weight,
+                                          const c10::optional<at::Tensor>& conv_bias,
+                                          at::IntArrayRef stride, at::IntArrayRef padding,
+                                          at::IntArrayRef output_padding, int64_t groups,
+                                          at::IntArrayRef dilation, int64_t num_groups,
+                                          const c10::optional<at::Tensor>& gn_weight,
+                                          const c10::optional<at::Tensor>& gn_bias, double eps);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-_conv_transpose3d_relu_group_norm_backward(
-    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
-    const at::Tensor& conv_output, const at::Tensor& mean, const at::Tensor& rstd,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, bool has_conv_bias,
-    std::array<bool, 5> output_mask);
+_conv_transpose3d_relu_group_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                           const at::Tensor& weight, const at::Tensor& conv_output,
+                                           const at::Tensor& mean, const at::Tensor& rstd,
+                                           at::IntArrayRef stride, at::IntArrayRef padding,
+                                           at::IntArrayRef output_padding, int64_t groups,
+                                           at::IntArrayRef dilation, int64_t num_groups,
+                                           const c10::optional<at::Tensor>& gn_weight,
+                                           bool has_conv_bias, std::array<bool, 5> output_mask);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 _conv3d_group_norm_mean_forward(const at::Tensor& input, const at::Tensor& weight,
-                                const c10::optional<at::Tensor>& conv_bias,
-                                at::IntArrayRef stride, at::IntArrayRef padding,
-                                at::IntArrayRef dilation, int64_t groups, int64_t num_groups,
-                                const c10::optional<at::Tensor>& gn_weight,
+                                const c10::optional<at::Tensor>& conv_bias, at::IntArrayRef stride,
+                                at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                                int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
                                 const c10::optional<at::Tensor>& gn_bias, double eps);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
@@ -111,10 +111,9 @@ _conv3d_group_norm_mean_backward(const at::Tensor& grad_output, const at::Tensor
                                  const at::Tensor& weight, const at::Tensor& conv_output,
                                  const at::Tensor& mean, const at::Tensor& rstd,
                                  const at::Tensor& channel_mean, at::IntArrayRef stride,
-                                 at::IntArrayRef padding, at::IntArrayRef dilation,
-                                 int64_t groups, int64_t num_groups,
-                                 const c10::optional<at::Tensor>& gn_weight, bool has_conv_bias,
-                                 std::array<bool, 5> output_mask);
+                                 at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                                 int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+                                 bool has_conv_bias, std::array<bool, 5> output_mask);
 
 }  // namespace api
 }  // namespace fused_ops

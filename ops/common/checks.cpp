@@ -54,16 +54,14 @@ void check_group_norm_params_impl(const char* op, const at::Tensor& input, const
 }
 
 SymGroupNormShape check_group_norm_args_impl(const char* op, const at::Tensor& input,
-                                                int64_t num_groups,
-                                                const c10::optional<at::Tensor>& weight,
-                                                const c10::optional<at::Tensor>& bias,
-                                                double eps) {
+                                             int64_t num_groups,
+                                             const c10::optional<at::Tensor>& weight,
+                                             const c10::optional<at::Tensor>& bias, double eps) {
   check_floating_input(op, input);
   const auto sizes = sizes_of(input);
   TORCH_CHECK(sizes.size() >= 2, op,
               ": expected input of shape (N, C, *) with at least 2 dims, got ", sizes);
-  check_group_norm_params_impl(op, input, sizes[1], num_groups, weight, bias, eps,
-                                    AffineNames{});
+  check_group_norm_params_impl(op, input, sizes[1], num_groups, weight, bias, eps, AffineNames{});
   SymGroupNormShape shape{sizes[0], sizes[1], num_groups, Int(1)};
   for (size_t d = 2; d < sizes.size(); ++d) {
     shape.HxW = shape.HxW * sizes[d];
@@ -76,9 +74,8 @@ SymGroupNormShape check_group_norm_args_impl(const char* op, const at::Tensor& i
 
 void check_group_norm_backward_args_impl(const char* op, const at::Tensor& grad_output,
                                          c10::SymIntArrayRef grad_shape, const at::Tensor& input,
-                                         const SymGroupNormShape& shape,
-                                         const at::Tensor& mean, const at::Tensor& rstd,
-                                         const at::Tensor* channel_mean) {
+                                         const SymGroupNormShape& shape, const at::Tensor& mean,
+                                         const at::Tensor& rstd, const at::Tensor* channel_mean) {
   TORCH_CHECK(grad_output.defined(), op, ": expected a defined grad_output");
   TORCH_CHECK(sizes_of(grad_output) == grad_shape, op, ": expected grad_output of shape ",
               grad_shape, ", got ", sizes_of(grad_output));
@@ -91,8 +88,8 @@ void check_group_norm_backward_args_impl(const char* op, const at::Tensor& grad_
                 name, " of shape (", shape.N, ", ", cols, "), got ", sizes);
     TORCH_CHECK(t.device() == input.device(), op, ": expected ", name, " on device ",
                 input.device(), ", got ", t.device());
-    TORCH_CHECK(t.scalar_type() == stats, op, ": expected ", name, " of dtype ", stats,
-                ", got ", t.scalar_type());
+    TORCH_CHECK(t.scalar_type() == stats, op, ": expected ", name, " of dtype ", stats, ", got ",
+                t.scalar_type());
   };
   check_stat("mean", mean, Int(shape.G));
   check_stat("rstd", rstd, Int(shape.G));
@@ -144,8 +141,9 @@ std::vector<Int> check_conv3d_args_impl(const char* op, const at::Tensor& input,
   } else {
     // Conv3d weight: (C_out, C_in / groups, kD, kH, kW).
     c_out = w_sizes[0];
-    TORCH_CHECK(w_sizes[1] * p.groups == c_in, op, ": expected weight of shape (C_out, C_in/groups, kD, kH, kW) for C_in=",
-                c_in, " and groups=", p.groups, ", got ", w_sizes);
+    TORCH_CHECK(w_sizes[1] * p.groups == c_in, op,
+                ": expected weight of shape (C_out, C_in/groups, kD, kH, kW) for C_in=", c_in,
+                " and groups=", p.groups, ", got ", w_sizes);
     TORCH_CHECK(c_out % p.groups == 0, op, ": expected C_out (", c_out,
                 ") to be divisible by groups (", p.groups, ")");
   }
@@ -203,8 +201,7 @@ at::ScalarType stats_dtype(at::ScalarType input_dtype) {
   return input_dtype == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-SymGroupNormShape check_group_norm_args(const char* op, const at::Tensor& input,
-                                        int64_t num_groups,
+SymGroupNormShape check_group_norm_args(const char* op, const at::Tensor& input, int64_t num_groups,
                                         const c10::optional<at::Tensor>& weight,
                                         const c10::optional<at::Tensor>& bias, double eps) {
   return check_group_norm_args_impl(op, input, num_groups, weight, bias, eps);

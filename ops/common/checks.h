@@ -28,8 +28,7 @@ GroupNormShape concrete(const SymGroupNormShape& shape);
 // Checks a GroupNorm-family call: input of rank >= 2 and a floating dtype, C divisible by
 // num_groups, weight/bias of shape (C,) with the input's dtype and device, eps >= 0, and
 // non-empty spatial dimensions (as torch.nn.functional.group_norm requires).
-SymGroupNormShape check_group_norm_args(const char* op, const at::Tensor& input,
-                                        int64_t num_groups,
+SymGroupNormShape check_group_norm_args(const char* op, const at::Tensor& input, int64_t num_groups,
                                         const c10::optional<at::Tensor>& weight,
                                         const c10::optional<at::Tensor>& bias, double eps);
 

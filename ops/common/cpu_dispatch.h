@@ -13,8 +13,7 @@ namespace fused_ops {
 
 template <typename F>
 decltype(auto) dispatch_cpu_scalar(ScalarKind kind, F&& f) {
-  return dispatch_scalar_kind<float, double, c10::Half, c10::BFloat16>(kind,
-                                                                         std::forward<F>(f));
+  return dispatch_scalar_kind<float, double, c10::Half, c10::BFloat16>(kind, std::forward<F>(f));
 }
 
 }  // namespace fused_ops

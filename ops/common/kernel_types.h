@@ -1,5 +1,6 @@
-// The types that tie a kernel family to run_kernel.h (and the element types kernels take): plain C++ (no torch, no CUDA types), so
-// that kernel headers can be included by nvcc-compiled files and by builds without CUDA.
+// The types that tie a kernel family to run_kernel.h (and the element types kernels take): plain
+// C++ (no torch, no CUDA types), so that kernel headers can be included by nvcc-compiled files and
+// by builds without CUDA.
 #pragma once
 
 #include <cstddef>

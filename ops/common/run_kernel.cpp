@@ -18,8 +18,8 @@ void run_cuda(const char* op, const at::Tensor& on, size_t workspace_bytes,
       at::empty({static_cast<int64_t>(workspace_bytes)}, on.options().dtype(at::kByte));
   const cudaError_t status = static_cast<cudaError_t>(
       launch(workspace.mutable_data_ptr(), c10::cuda::getCurrentCUDAStream().stream()));
-  TORCH_CHECK(status == cudaSuccess, op, ": CUDA kernel launch failed: ",
-              cudaGetErrorString(status));
+  TORCH_CHECK(status == cudaSuccess, op,
+              ": CUDA kernel launch failed: ", cudaGetErrorString(status));
 #else
   TORCH_CHECK(false, op, ": this build of fused_ops has no CUDA kernels");
 #endif

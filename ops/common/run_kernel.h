@@ -38,10 +38,9 @@ void run_kernel(const char* op, const at::Tensor& on, const Params& params,
   TORCH_CHECK(kernels.cuda != nullptr, op,
               ": this build of fused_ops has no CUDA kernels (it was built without CUDA)");
   const CudaKernel<Params>& cuda = *kernels.cuda;
-  detail::run_cuda(op, on, cuda.workspace_bytes(params),
-                   [&](void* workspace, void* stream) {
-                     return cuda.launch(params, workspace, stream);
-                   });
+  detail::run_cuda(op, on, cuda.workspace_bytes(params), [&](void* workspace, void* stream) {
+    return cuda.launch(params, workspace, stream);
+  });
 }
 
 }  // namespace fused_ops

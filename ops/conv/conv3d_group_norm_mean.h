@@ -36,20 +36,20 @@ conv3d_group_norm_mean_backward(const at::Tensor& grad_output, const at::Tensor&
                                 const at::Tensor& weight, const at::Tensor& conv_output,
                                 const at::Tensor& mean, const at::Tensor& rstd,
                                 const at::Tensor& channel_mean, at::IntArrayRef stride,
-                                at::IntArrayRef padding, at::IntArrayRef dilation,
-                                int64_t groups, int64_t num_groups,
-                                const c10::optional<at::Tensor>& gn_weight, bool has_conv_bias,
-                                std::array<bool, 5> output_mask);
+                                at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                                int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+                                bool has_conv_bias, std::array<bool, 5> output_mask);
 
 // The path a call with these arguments takes, e.g. "aten_float32 -> group_norm_mean": the
 // convolution's (conv_stage.h, ConvPath) and the GroupNorm kernel's, for the debug query
 // fused::_conv3d_group_norm_mean_path.
 std::string conv3d_group_norm_mean_path(const at::Tensor& input, const at::Tensor& weight,
-                                  const c10::optional<at::Tensor>& conv_bias,
-                                  at::IntArrayRef stride, at::IntArrayRef padding,
-                                  at::IntArrayRef dilation, int64_t groups, int64_t num_groups,
-                                  const c10::optional<at::Tensor>& gn_weight,
-                                  const c10::optional<at::Tensor>& gn_bias, double eps);
+                                        const c10::optional<at::Tensor>& conv_bias,
+                                        at::IntArrayRef stride, at::IntArrayRef padding,
+                                        at::IntArrayRef dilation, int64_t groups,
+                                        int64_t num_groups,
+                                        const c10::optional<at::Tensor>& gn_weight,
+                                        const c10::optional<at::Tensor>& gn_bias, double eps);
 
 // The public operator: the forward's output alone.
 at::Tensor conv3d_group_norm_mean(const at::Tensor& input, const at::Tensor& weight,

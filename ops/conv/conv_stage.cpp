@@ -109,15 +109,15 @@ const char* conv_path_name(ConvPath path) {
   return "unknown";
 }
 
-ConvPath select_conv_path(const at::Tensor& input, const at::Tensor& weight,
-                          const Conv3dParams& p, ConvConsumer consumer) {
+ConvPath select_conv_path(const at::Tensor& input, const at::Tensor& weight, const Conv3dParams& p,
+                          ConvConsumer consumer) {
   const bool is_float = input.scalar_type() == at::kFloat;
   if (consumer == ConvConsumer::kGroupNormMean) {
     return is_float && input.is_cuda() ? ConvPath::kAtenFloat32 : ConvPath::kAten;
   }
   if (p.transposed && input.is_cuda() && rewritable_as_forward(weight, p)) {
-    if (is_half_type(input) || (is_float && at::globalContext().allowTF32CuDNN() &&
-                                eager_transposed_is_tf32(weight, p))) {
+    if (is_half_type(input) ||
+        (is_float && at::globalContext().allowTF32CuDNN() && eager_transposed_is_tf32(weight, p))) {
       return ConvPath::kTransposedAsForward;
     }
   }
@@ -132,8 +132,8 @@ at::Tensor run_conv3d(const at::Tensor& input, const at::Tensor& weight,
     case ConvPath::kAtenFloat32: {
       // Exactly at::convolution, but with float32 products whatever the TF32 flag says.
       auto& ctx = at::globalContext();
-      output = at::_convolution(input, weight, bias, p.stride, p.padding, p.dilation,
-                                p.transposed, p.output_padding, p.groups, ctx.benchmarkCuDNN(),
+      output = at::_convolution(input, weight, bias, p.stride, p.padding, p.dilation, p.transposed,
+                                p.output_padding, p.groups, ctx.benchmarkCuDNN(),
                                 ctx.deterministicCuDNN() || ctx.deterministicAlgorithms(),
                                 ctx.userEnabledCuDNN(), /*allow_tf32=*/false);
       break;
@@ -142,8 +142,8 @@ at::Tensor run_conv3d(const at::Tensor& input, const at::Tensor& weight,
       output = transposed_as_forward(input, weight, bias, p);
       break;
     case ConvPath::kAten:
-      output = at::convolution(input, weight, bias, p.stride, p.padding, p.dilation,
-                               p.transposed, p.output_padding, p.groups);
+      output = at::convolution(input, weight, bias, p.stride, p.padding, p.dilation, p.transposed,
+                               p.output_padding, p.groups);
       break;
   }
   // The layout the Meta kernels promise (backends differ for channels-last inputs).
@@ -154,17 +154,18 @@ at::Tensor empty_conv_output(const at::Tensor& input, c10::SymIntArrayRef shape)
   return at::empty_symint(shape, input.options().memory_format(input.suggest_memory_format()));
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(
-    const at::Tensor& grad_conv_output, const at::Tensor& input, const at::Tensor& weight,
-    bool has_bias, const Conv3dParams& p, std::array<bool, 3> output_mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(const at::Tensor& grad_conv_output,
+                                                               const at::Tensor& input,
+                                                               const at::Tensor& weight,
+                                                               bool has_bias, const Conv3dParams& p,
+                                                               std::array<bool, 3> output_mask) {
   if (!(output_mask[0] || output_mask[1] || (output_mask[2] && has_bias))) {
     return {};
   }
   const bool has_grad_bias = output_mask[2] && has_bias;
   if (input.is_meta()) {
     auto like = [](const at::Tensor& t) {
-      return at::empty_symint(t.sym_sizes(),
-                              t.options().memory_format(t.suggest_memory_format()));
+      return at::empty_symint(t.sym_sizes(), t.options().memory_format(t.suggest_memory_format()));
     };
     return {output_mask[0] ? like(input) : at::Tensor(),
             output_mask[1] ? like(weight) : at::Tensor(),

@@ -24,9 +24,9 @@ enum class ConvConsumer {
 // How run_conv3d computes a convolution (see conv_stage.cpp); conv_path_name names it for the
 // debug queries.
 enum class ConvPath {
-  kAten,                    // at::convolution, as eager PyTorch runs it
-  kAtenFloat32,             // ATen's convolution with float32 products whatever the TF32 flag
-  kTransposedAsForward,     // a stride-1 transposed convolution run as a forward one
+  kAten,                 // at::convolution, as eager PyTorch runs it
+  kAtenFloat32,          // ATen's convolution with float32 products whatever the TF32 flag
+  kTransposedAsForward,  // a stride-1 transposed convolution run as a forward one
 };
 const char* conv_path_name(ConvPath path);
 

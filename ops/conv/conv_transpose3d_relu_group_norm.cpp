@@ -15,10 +15,9 @@ constexpr const char* kBackwardName = "fused::conv_transpose3d_relu_group_norm (
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_transpose3d_relu_group_norm_forward(
     const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
-    double eps) {
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+    at::IntArrayRef dilation, int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+    const c10::optional<at::Tensor>& gn_bias, double eps) {
   const Conv3dParams params = make_conv3d_params(kName, stride, padding, output_padding, dilation,
                                                  groups, /*transposed=*/true);
   const ConvGroupNormShapes shapes = check_conv_group_norm_args(
@@ -26,24 +25,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_transpose3d_relu
   const at::Tensor conv_output =
       input.is_meta() ? empty_conv_output(input, shapes.conv_output)
                       : run_conv3d(input, weight, conv_bias, params, ConvConsumer::kReluGroupNorm);
-  auto [output, mean, rstd] =
-      norm::relu_group_norm_forward_prechecked(conv_output, shapes.group_norm, gn_weight, gn_bias, eps);
+  auto [output, mean, rstd] = norm::relu_group_norm_forward_prechecked(
+      conv_output, shapes.group_norm, gn_weight, gn_bias, eps);
   return {output, conv_output, mean, rstd};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-conv_transpose3d_relu_group_norm_backward(
-    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
-    const at::Tensor& conv_output, const at::Tensor& mean, const at::Tensor& rstd,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, bool has_conv_bias,
-    std::array<bool, 5> output_mask) {
+conv_transpose3d_relu_group_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                          const at::Tensor& weight, const at::Tensor& conv_output,
+                                          const at::Tensor& mean, const at::Tensor& rstd,
+                                          at::IntArrayRef stride, at::IntArrayRef padding,
+                                          at::IntArrayRef output_padding, int64_t groups,
+                                          at::IntArrayRef dilation, int64_t num_groups,
+                                          const c10::optional<at::Tensor>& gn_weight,
+                                          bool has_conv_bias, std::array<bool, 5> output_mask) {
   const Conv3dParams params = make_conv3d_params(kBackwardName, stride, padding, output_padding,
                                                  dilation, groups, /*transposed=*/true);
   const auto conv_shape = check_conv3d_args(kBackwardName, input, weight, c10::nullopt, params);
   TORCH_CHECK(conv_output.sym_sizes() == c10::SymIntArrayRef(conv_shape), kBackwardName,
-              ": expected conv_output of shape ", c10::SymIntArrayRef(conv_shape), ", got ", conv_output.sym_sizes());
+              ": expected conv_output of shape ", c10::SymIntArrayRef(conv_shape), ", got ",
+              conv_output.sym_sizes());
   check_same_device_and_dtype(kBackwardName, "conv_output", conv_output, "input", input);
   const bool need_conv_grad = output_mask[0] || output_mask[1] || output_mask[2];
   auto [grad_conv_output, grad_gn_weight, grad_gn_bias] =
@@ -57,25 +58,25 @@ conv_transpose3d_relu_group_norm_backward(
 
 std::string conv_transpose3d_relu_group_norm_path(
     const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
-    double eps) {
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+    at::IntArrayRef dilation, int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+    const c10::optional<at::Tensor>& gn_bias, double eps) {
   const Conv3dParams params = make_conv3d_params(kName, stride, padding, output_padding, dilation,
                                                  groups, /*transposed=*/true);
   check_conv_group_norm_args(kName, input, weight, conv_bias, params, num_groups, gn_weight,
                              gn_bias, eps);
-  return std::string(conv_path_name(select_conv_path(input, weight, params,
-                                                     ConvConsumer::kReluGroupNorm))) +
+  return std::string(conv_path_name(
+             select_conv_path(input, weight, params, ConvConsumer::kReluGroupNorm))) +
          " -> " + "relu_group_norm";
 }
 
-at::Tensor conv_transpose3d_relu_group_norm(
-    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
-    double eps) {
+at::Tensor conv_transpose3d_relu_group_norm(const at::Tensor& input, const at::Tensor& weight,
+                                            const c10::optional<at::Tensor>& conv_bias,
+                                            at::IntArrayRef stride, at::IntArrayRef padding,
+                                            at::IntArrayRef output_padding, int64_t groups,
+                                            at::IntArrayRef dilation, int64_t num_groups,
+                                            const c10::optional<at::Tensor>& gn_weight,
+                                            const c10::optional<at::Tensor>& gn_bias, double eps) {
   return std::get<0>(conv_transpose3d_relu_group_norm_forward(
       input, weight, conv_bias, stride, padding, output_padding, groups, dilation, num_groups,
       gn_weight, gn_bias, eps));

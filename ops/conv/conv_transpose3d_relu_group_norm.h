@@ -23,39 +23,39 @@ namespace conv {
 // conv_output (the pre-ReLU convolution output) is in the memory format the input suggests.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_transpose3d_relu_group_norm_forward(
     const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
-    double eps);
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+    at::IntArrayRef dilation, int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+    const c10::optional<at::Tensor>& gn_bias, double eps);
 
 // Returns (grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias), each
 // undefined where output_mask is false or the parameter is absent.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-conv_transpose3d_relu_group_norm_backward(
-    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
-    const at::Tensor& conv_output, const at::Tensor& mean, const at::Tensor& rstd,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, bool has_conv_bias,
-    std::array<bool, 5> output_mask);
+conv_transpose3d_relu_group_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                          const at::Tensor& weight, const at::Tensor& conv_output,
+                                          const at::Tensor& mean, const at::Tensor& rstd,
+                                          at::IntArrayRef stride, at::IntArrayRef padding,
+                                          at::IntArrayRef output_padding, int64_t groups,
+                                          at::IntArrayRef dilation, int64_t num_groups,
+                                          const c10::optional<at::Tensor>& gn_weight,
+                                          bool has_conv_bias, std::array<bool, 5> output_mask);
 
 // The path a call with these arguments takes, e.g. "aten_float32 -> group_norm_mean": the
 // convolution's (conv_stage.h, ConvPath) and the GroupNorm kernel's, for the debug query
 // fused::_conv_transpose3d_relu_group_norm_path.
 std::string conv_transpose3d_relu_group_norm_path(
     const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
-    double eps);
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+    at::IntArrayRef dilation, int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+    const c10::optional<at::Tensor>& gn_bias, double eps);
 
 // The public operator: the forward's output alone.
-at::Tensor conv_transpose3d_relu_group_norm(
-    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding,
-    int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
-    double eps);
+at::Tensor conv_transpose3d_relu_group_norm(const at::Tensor& input, const at::Tensor& weight,
+                                            const c10::optional<at::Tensor>& conv_bias,
+                                            at::IntArrayRef stride, at::IntArrayRef padding,
+                                            at::IntArrayRef output_padding, int64_t groups,
+                                            at::IntArrayRef dilation, int64_t num_groups,
+                                            const c10::optional<at::Tensor>& gn_weight,
+                                            const c10::optional<at::Tensor>& gn_bias, double eps);
 
 }  // namespace conv
 }  // namespace fused_ops

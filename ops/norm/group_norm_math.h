@@ -60,8 +60,7 @@ struct ScaleShift {
   double shift;
 };
 
-FUSED_OPS_HOST_DEVICE ScaleShift fold_affine(double mean, double rstd, double weight,
-                                             double bias) {
+FUSED_OPS_HOST_DEVICE ScaleShift fold_affine(double mean, double rstd, double weight, double bias) {
   const double scale = rstd * weight;
   return ScaleShift{scale, bias - mean * scale};
 }
@@ -87,8 +86,7 @@ FUSED_OPS_HOST_DEVICE double weight_grad_term(double ds, double db, double mean,
 // group_norm_mean: channel c's term of C * out[n], from the difference between the channel's
 // mean and its group's (w * rstd * (m[c] - mu) + b: the normalised channel's mean).
 FUSED_OPS_HOST_DEVICE double group_norm_mean_channel_term(double channel_minus_group_mean,
-                                                          double rstd, double weight,
-                                                          double bias) {
+                                                          double rstd, double weight, double bias) {
   return weight * rstd * channel_minus_group_mean + bias;
 }
 

@@ -46,8 +46,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> group_norm_mean_forwa
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> group_norm_mean_forward_prechecked(
-    const at::Tensor& input, const SymGroupNormShape& s,
-    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps) {
+    const at::Tensor& input, const SymGroupNormShape& s, const c10::optional<at::Tensor>& weight,
+    const c10::optional<at::Tensor>& bias, double eps) {
   at::Tensor out = at::empty_symint({s.N}, input.options());
   at::Tensor mean = empty_stats(input, s.N, s.G);
   at::Tensor rstd = empty_stats(input, s.N, s.G);
@@ -59,10 +59,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> group_norm_mean_forwa
   const at::Tensor x = channels_last ? input : input.contiguous();
   const at::Tensor w = contiguous_or_undefined(weight);
   const at::Tensor b = contiguous_or_undefined(bias);
-  const GroupNormMeanForwardParams params{
-      scalar_kind(x.scalar_type()), concrete(s), eps, channels_last, x.const_data_ptr(),
-      data_or_null(w), data_or_null(b), out.mutable_data_ptr(), mean.mutable_data_ptr(),
-      rstd.mutable_data_ptr(), channel_mean.mutable_data_ptr()};
+  const GroupNormMeanForwardParams params{scalar_kind(x.scalar_type()),
+                                          concrete(s),
+                                          eps,
+                                          channels_last,
+                                          x.const_data_ptr(),
+                                          data_or_null(w),
+                                          data_or_null(b),
+                                          out.mutable_data_ptr(),
+                                          mean.mutable_data_ptr(),
+                                          rstd.mutable_data_ptr(),
+                                          channel_mean.mutable_data_ptr()};
   run_kernel(kForwardName, x, params, kForwardKernels);
   return {out, mean, rstd, channel_mean};
 }
@@ -86,11 +93,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_mean_backward(
   const at::Tensor mean_c = mean.contiguous();
   const at::Tensor rstd_c = rstd.contiguous();
   const at::Tensor channel_mean_c = channel_mean.contiguous();
-  const GroupNormMeanBackwardParams params{
-      scalar_kind(x.scalar_type()), concrete(s), g.const_data_ptr(), x.const_data_ptr(),
-      mean_c.const_data_ptr(), rstd_c.const_data_ptr(), channel_mean_c.const_data_ptr(),
-      data_or_null(w), mutable_data_or_null(dx), mutable_data_or_null(dweight),
-      mutable_data_or_null(dbias)};
+  const GroupNormMeanBackwardParams params{scalar_kind(x.scalar_type()),
+                                           concrete(s),
+                                           g.const_data_ptr(),
+                                           x.const_data_ptr(),
+                                           mean_c.const_data_ptr(),
+                                           rstd_c.const_data_ptr(),
+                                           channel_mean_c.const_data_ptr(),
+                                           data_or_null(w),
+                                           mutable_data_or_null(dx),
+                                           mutable_data_or_null(dweight),
+                                           mutable_data_or_null(dbias)};
   run_kernel(kBackwardName, x, params, kBackwardKernels);
   return {dx, dweight, dbias};
 }

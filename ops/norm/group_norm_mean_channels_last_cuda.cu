@@ -54,7 +54,8 @@ __global__ void channels_last_partial_moments_kernel(const scalar_t* __restrict_
   const int64_t chunk = blockIdx.x % chunks_per_sample;
   const uint4* sample = reinterpret_cast<const uint4*>(x) + n * vectors_per_sample;
   const int64_t begin = chunk * vectors_per_block;
-  const int64_t end = min(begin + vectors_per_block, vectors_per_sample);  // vectors_per_block = 8 B
+  const int64_t end =
+      min(begin + vectors_per_block, vectors_per_sample);  // vectors_per_block = 8 B
 
   // All loads first, so that kVectorsPerThread of them are in flight.
   uint4 raw[kVectorsPerThread];
@@ -111,13 +112,12 @@ __global__ void channels_last_partial_moments_kernel(const scalar_t* __restrict_
 
 template <typename scalar_t, typename stat_t>
 __global__ void channels_last_finalize_kernel(
-    const scalar_t* __restrict__ x, const double2* __restrict__ partial,
-    int64_t chunks_per_sample, int channels, int groups, int64_t spatial,
-    const scalar_t* __restrict__ weight, const scalar_t* __restrict__ bias, double eps,
-    scalar_t* __restrict__ out, stat_t* __restrict__ mean, stat_t* __restrict__ rstd,
-    stat_t* __restrict__ channel_mean) {
+    const scalar_t* __restrict__ x, const double2* __restrict__ partial, int64_t chunks_per_sample,
+    int channels, int groups, int64_t spatial, const scalar_t* __restrict__ weight,
+    const scalar_t* __restrict__ bias, double eps, scalar_t* __restrict__ out,
+    stat_t* __restrict__ mean, stat_t* __restrict__ rstd, stat_t* __restrict__ channel_mean) {
   extern __shared__ double2 finalize_smem[];
-  auto* channel_moments = reinterpret_cast<norm::Moments*>(finalize_smem);  // [channels]
+  auto* channel_moments = reinterpret_cast<norm::Moments*>(finalize_smem);      // [channels]
   auto* group_stats = reinterpret_cast<MeanRstd*>(channel_moments + channels);  // [groups]
   double* reduce = reinterpret_cast<double*>(group_stats + groups);             // [blockDim.x]
   const int64_t n = blockIdx.x;
@@ -154,8 +154,7 @@ __global__ void channels_last_finalize_kernel(
     const MeanRstd gs = group_stats[c / channels_per_group];
     const double w = weight ? ScalarOps<scalar_t>::to_double(weight[c]) : 1.0;
     const double b = bias ? ScalarOps<scalar_t>::to_double(bias[c]) : 0.0;
-    total += norm::group_norm_mean_channel_term(channel_moments[c].mean - gs.mean, gs.rstd, w,
-                                                b);
+    total += norm::group_norm_mean_channel_term(channel_moments[c].mean - gs.mean, gs.rstd, w, b);
   }
   reduce[threadIdx.x] = total;
   __syncthreads();
@@ -171,9 +170,9 @@ __global__ void channels_last_finalize_kernel(
 }
 
 struct Plan {
-  int vector_width;   // elements per 16-byte vector
-  int period;         // C / vector_width: threads per distinct set of channels
-  int threads;        // block size of pass 1, a multiple of period
+  int vector_width;  // elements per 16-byte vector
+  int period;        // C / vector_width: threads per distinct set of channels
+  int threads;       // block size of pass 1, a multiple of period
   int64_t vectors_per_sample;
   int64_t vectors_per_block;
   int64_t chunks_per_sample;
@@ -212,22 +211,21 @@ cudaError_t launch(const norm::GroupNormMeanForwardParams& p, void* workspace,
   if (!grid_fits(N * plan.chunks_per_sample) || !grid_fits(N)) {
     return cudaErrorInvalidConfiguration;
   }
-  const size_t pass1_smem =
-      static_cast<size_t>(plan.threads) * plan.vector_width * sizeof(double2);
+  const size_t pass1_smem = static_cast<size_t>(plan.threads) * plan.vector_width * sizeof(double2);
   channels_last_partial_moments_kernel<scalar_t>
       <<<static_cast<unsigned>(N * plan.chunks_per_sample), plan.threads, pass1_smem, stream>>>(
           x, plan.vectors_per_sample, plan.chunks_per_sample, plan.vectors_per_block,
           static_cast<int>(C), plan.period, partial);
   FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-  const size_t pass2_smem =
-      static_cast<size_t>(C) * sizeof(norm::Moments) + static_cast<size_t>(G) * sizeof(MeanRstd) +
-      kFinalizeThreads * sizeof(double);
+  const size_t pass2_smem = static_cast<size_t>(C) * sizeof(norm::Moments) +
+                            static_cast<size_t>(G) * sizeof(MeanRstd) +
+                            kFinalizeThreads * sizeof(double);
   channels_last_finalize_kernel<scalar_t, stat_t>
       <<<static_cast<unsigned>(N), kFinalizeThreads, pass2_smem, stream>>>(
           x, partial, plan.chunks_per_sample, static_cast<int>(C), static_cast<int>(G), spatial,
           static_cast<const scalar_t*>(p.weight), static_cast<const scalar_t*>(p.bias), p.eps,
-          static_cast<scalar_t*>(p.out), static_cast<stat_t*>(p.mean),
-          static_cast<stat_t*>(p.rstd), static_cast<stat_t*>(p.channel_mean));
+          static_cast<scalar_t*>(p.out), static_cast<stat_t*>(p.mean), static_cast<stat_t*>(p.rstd),
+          static_cast<stat_t*>(p.channel_mean));
   return cudaGetLastError();
 }
 
@@ -249,9 +247,8 @@ size_t group_norm_mean_channels_last_workspace_bytes(const GroupNormMeanForwardP
 
 cudaError_t launch_group_norm_mean_channels_last(const GroupNormMeanForwardParams& p,
                                                  void* workspace, cudaStream_t stream) {
-  return gpu::dispatch_cuda_scalar(p.dtype, [&](auto tag) {
-    return gpu::launch<decltype(tag)>(p, workspace, stream);
-  });
+  return gpu::dispatch_cuda_scalar(
+      p.dtype, [&](auto tag) { return gpu::launch<decltype(tag)>(p, workspace, stream); });
 }
 
 }  // namespace norm

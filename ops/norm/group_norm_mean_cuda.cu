@@ -43,11 +43,11 @@
 //
 // Workspace (float headline): forward 144 KB of chunk pairs + 48 KB for row sums (unused
 // here) + 8 KB of group terms; backward 24 KB of (alpha, beta).
+#include "common/cuda/cuda_kernel.cuh"
 #include "norm/group_norm_math.h"
 #include "norm/group_norm_mean_channels_last.h"
 #include "norm/norm_kernels.h"
 #include "norm/row_kernels.cuh"
-#include "common/cuda/cuda_kernel.cuh"
 
 #include <type_traits>
 
@@ -83,10 +83,9 @@ __global__ void __launch_bounds__(kThreads)
     group_norm_mean_group_stats_kernel(const T* __restrict__ x, const T* __restrict__ weight,
                                        const T* __restrict__ bias,
                                        const double2* __restrict__ row_partials, int64_t chunks,
-                                       int64_t num_groups_total, int64_t G, int64_t Cg,
-                                       int64_t HxW, double eps, S* __restrict__ mean_out,
-                                       S* __restrict__ rstd_out,
-                                       S* __restrict__ channel_mean_out,
+                                       int64_t num_groups_total, int64_t G, int64_t Cg, int64_t HxW,
+                                       double eps, S* __restrict__ mean_out,
+                                       S* __restrict__ rstd_out, S* __restrict__ channel_mean_out,
                                        double* __restrict__ group_terms) {
   const int64_t ng = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -165,12 +164,10 @@ __global__ void __launch_bounds__(kThreads)
 
 // Backward, step 1: one warp per (n, g).
 template <typename T, typename S>
-__global__ void __launch_bounds__(kThreads)
-    group_norm_mean_backward_coefficients_kernel(
-        const T* __restrict__ grad_output, const S* __restrict__ mean,
-        const S* __restrict__ rstd, const S* __restrict__ channel_mean,
-        const T* __restrict__ weight, int64_t num_groups_total, int64_t C, int64_t G,
-        int64_t Cg, int64_t HxW, S* __restrict__ coefficients) {
+__global__ void __launch_bounds__(kThreads) group_norm_mean_backward_coefficients_kernel(
+    const T* __restrict__ grad_output, const S* __restrict__ mean, const S* __restrict__ rstd,
+    const S* __restrict__ channel_mean, const T* __restrict__ weight, int64_t num_groups_total,
+    int64_t C, int64_t G, int64_t Cg, int64_t HxW, S* __restrict__ coefficients) {
   const int64_t ng = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (ng >= num_groups_total) {
@@ -217,22 +214,20 @@ struct ChannelMeanSums {
   }
 };
 
-
 // ---------------------------------------------------------------------------------------
 // Workspace layouts (one function sizes and carves, so the two always agree).
 
 template <typename T, typename S>
 struct ForwardWorkspace {
   ReducePlan plan;
-  double2* partials;     // N * C * chunks
-  double2* row_sums;     // N * C (used when chunks > 1)
-  double* group_terms;   // N * G
+  double2* partials;    // N * C * chunks
+  double2* row_sums;    // N * C (used when chunks > 1)
+  double* group_terms;  // N * G
   size_t bytes;
 };
 
 template <typename T, typename S>
-ForwardWorkspace<T, S> forward_workspace(void* base, int64_t N, int64_t C, int64_t G,
-                                         int64_t HxW) {
+ForwardWorkspace<T, S> forward_workspace(void* base, int64_t N, int64_t C, int64_t G, int64_t HxW) {
   ForwardWorkspace<T, S> ws;
   WorkspaceCarver carver(base);
   ws.plan = make_reduce_plan(HxW, ScalarOps<T>::kVecElems);
@@ -283,8 +278,8 @@ cudaError_t launch_forward(const norm::GroupNormMeanForwardParams& p, void* work
   const double2* row_partials = ws.partials;
   int64_t row_chunks = ws.plan.chunks_per_segment;
   if (ceil_div(Cg, kWarpSize) * row_chunks > kMaxSequentialPartials) {
-    FUSED_OPS_RETURN_IF_CUDA_ERROR(reduce_chunk_partials(ws.partials, row_chunks, rows,
-                                                         ws.row_sums, &row_partials, stream));
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(
+        reduce_chunk_partials(ws.partials, row_chunks, rows, ws.row_sums, &row_partials, stream));
     row_chunks = 1;
   }
 
@@ -336,8 +331,7 @@ cudaError_t launch_backward(const norm::GroupNormMeanBackwardParams& p, void* wo
     }
     group_norm_mean_backward_coefficients_kernel<scalar_t, acc_t>
         <<<static_cast<unsigned>(coefficient_blocks), kThreads, 0, stream>>>(
-            grad_output, mean, rstd, channel_mean, weight, N * G, C, G, Cg, HxW,
-            ws.coefficients);
+            grad_output, mean, rstd, channel_mean, weight, N * G, C, G, Cg, HxW, ws.coefficients);
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     const bool vectorized = HxW % kNatural == 0 && is_aligned_16(x) && is_aligned_16(dx);
     FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_row_map<scalar_t, /*kTwoInputs=*/false>(

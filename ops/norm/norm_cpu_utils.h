@@ -8,8 +8,8 @@
 // for equal-sized parts.
 #pragma once
 
-#include "common/host_device.h"
 #include "common/group_norm_shape.h"
+#include "common/host_device.h"
 #include "norm/group_norm_math.h"
 
 #include <algorithm>
@@ -47,8 +47,7 @@ Moments row_moments(const scalar_t* row, int64_t count) {
     s2[0] += v * v;
   }
   return moments_from_shifted_sums(shift, (s1[0] + s1[1]) + (s1[2] + s1[3]),
-                                   (s2[0] + s2[1]) + (s2[2] + s2[3]),
-                                   static_cast<double>(count));
+                                   (s2[0] + s2[1]) + (s2[2] + s2[3]), static_cast<double>(count));
 }
 
 // Number of rows of `row_length` elements per parallel task: about 32k elements a task.

@@ -28,8 +28,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward(
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_prechecked(
-    const at::Tensor& input, const SymGroupNormShape& s,
-    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps) {
+    const at::Tensor& input, const SymGroupNormShape& s, const c10::optional<at::Tensor>& weight,
+    const c10::optional<at::Tensor>& bias, double eps) {
   at::Tensor y = at::empty_symint(input.sym_sizes(), input.options());
   at::Tensor mean = empty_stats(input, s.N, s.G);
   at::Tensor rstd = empty_stats(input, s.N, s.G);
@@ -39,9 +39,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_prechecke
   const at::Tensor x = input.contiguous();
   const at::Tensor w = contiguous_or_undefined(weight);
   const at::Tensor b = contiguous_or_undefined(bias);
-  const ReluGroupNormForwardParams params{
-      scalar_kind(x.scalar_type()), concrete(s), eps, x.const_data_ptr(), data_or_null(w),
-      data_or_null(b), y.mutable_data_ptr(), mean.mutable_data_ptr(), rstd.mutable_data_ptr()};
+  const ReluGroupNormForwardParams params{scalar_kind(x.scalar_type()),
+                                          concrete(s),
+                                          eps,
+                                          x.const_data_ptr(),
+                                          data_or_null(w),
+                                          data_or_null(b),
+                                          y.mutable_data_ptr(),
+                                          mean.mutable_data_ptr(),
+                                          rstd.mutable_data_ptr()};
   run_kernel(kForwardName, x, params, kForwardKernels);
   return {y, mean, rstd};
 }
@@ -64,10 +70,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward(
   const at::Tensor dy = grad_output.contiguous();
   const at::Tensor mean_c = mean.contiguous();
   const at::Tensor rstd_c = rstd.contiguous();
-  const ReluGroupNormBackwardParams params{
-      scalar_kind(x.scalar_type()), concrete(s), dy.const_data_ptr(), x.const_data_ptr(),
-      mean_c.const_data_ptr(), rstd_c.const_data_ptr(), data_or_null(w),
-      mutable_data_or_null(dx), mutable_data_or_null(dweight), mutable_data_or_null(dbias)};
+  const ReluGroupNormBackwardParams params{scalar_kind(x.scalar_type()),
+                                           concrete(s),
+                                           dy.const_data_ptr(),
+                                           x.const_data_ptr(),
+                                           mean_c.const_data_ptr(),
+                                           rstd_c.const_data_ptr(),
+                                           data_or_null(w),
+                                           mutable_data_or_null(dx),
+                                           mutable_data_or_null(dweight),
+                                           mutable_data_or_null(dbias)};
   run_kernel(kBackwardName, x, params, kBackwardKernels);
   return {dx, dweight, dbias};
 }

@@ -154,8 +154,8 @@ void backward_kernel(const ReluGroupNormBackwardParams& p) {
 
   cpu::affine_param_grads(
       s, mean, rstd,
-      [&](int64_t n, int64_t c) { return std::pair{ds[n * s.C + c], db[n * s.C + c]}; },
-      dweight, dbias);
+      [&](int64_t n, int64_t c) { return std::pair{ds[n * s.C + c], db[n * s.C + c]}; }, dweight,
+      dbias);
 }
 
 }  // namespace

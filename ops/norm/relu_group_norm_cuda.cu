@@ -32,15 +32,16 @@
 //        c2 = (db_w * mean - ds_w) * rstd^3 / M,  c3 = -c2 * mean - db_w * rstd / M,
 //      and per row the coefficients (c1 = rstd * w[c], c2, c3).
 //   3. row_map_kernel<ReluBackwardInputOp>: dx = x > 0 ? c1 * dy + c2 * x + c3 : 0.
-//   4. affine_param_grads_kernel (row_kernels.cuh), one warp per channel c, over n in a fixed order:
+//   4. affine_param_grads_kernel (row_kernels.cuh), one warp per channel c, over n in a fixed
+//   order:
 //        dweight[c] = sum_n (ds - db * mean[n, g]) * rstd[n, g],  dbias[c] = sum_n db.
 //
 // Workspace (float headline): forward 157,696 B of chunk pairs + 16 KB of scale/shift;
 // backward 160 KB of chunk pairs + 32 KB of row sums + 24 KB of coefficients.
+#include "common/cuda/cuda_kernel.cuh"
 #include "norm/group_norm_math.h"
 #include "norm/norm_kernels.h"
 #include "norm/row_kernels.cuh"
-#include "common/cuda/cuda_kernel.cuh"
 
 #include <type_traits>
 
@@ -182,7 +183,6 @@ struct RowSums {
   int64_t C;
 };
 
-
 // ---------------------------------------------------------------------------------------
 // Workspace layouts (one function sizes and carves, so the two always agree).
 
@@ -195,8 +195,7 @@ struct ForwardWorkspace {
 };
 
 template <typename T, typename S>
-ForwardWorkspace<T, S> forward_workspace(void* base, int64_t N, int64_t C, int64_t G,
-                                         int64_t HxW) {
+ForwardWorkspace<T, S> forward_workspace(void* base, int64_t N, int64_t C, int64_t G, int64_t HxW) {
   ForwardWorkspace<T, S> ws;
   WorkspaceCarver carver(base);
   ws.plan = make_reduce_plan((C / G) * HxW, ScalarOps<T>::kVecElems);
@@ -264,10 +263,8 @@ cudaError_t launch_forward(const norm::ReluGroupNormForwardParams& p, void* work
 
   // 3. y = relu(x) * scale + shift.
   const bool vectorized_map = HxW % kNatural == 0 && is_aligned_16(x) && is_aligned_16(y);
-  return launch_row_map<scalar_t, /*kTwoInputs=*/false>(x, nullptr, y, N * C, HxW,
-                                                        vectorized_map,
-                                                        ReluAffineOp<acc_t>{ws.scale_shift},
-                                                        stream);
+  return launch_row_map<scalar_t, /*kTwoInputs=*/false>(
+      x, nullptr, y, N * C, HxW, vectorized_map, ReluAffineOp<acc_t>{ws.scale_shift}, stream);
 }
 
 template <typename scalar_t>
@@ -298,8 +295,8 @@ cudaError_t launch_backward(const norm::ReluGroupNormBackwardParams& p, void* wo
   FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_segment_pair_sums<scalar_t, /*kTwoInputs=*/true>(
       x, dy, ws.partials, rows, HxW, ws.plan, vectorized_sums, ReluBackwardSumsOp{}, stream)));
   const double2* row_sums = nullptr;
-  FUSED_OPS_RETURN_IF_CUDA_ERROR(reduce_chunk_partials(
-      ws.partials, ws.plan.chunks_per_segment, rows, ws.row_sums, &row_sums, stream));
+  FUSED_OPS_RETURN_IF_CUDA_ERROR(reduce_chunk_partials(ws.partials, ws.plan.chunks_per_segment,
+                                                       rows, ws.row_sums, &row_sums, stream));
 
   if (dx != nullptr) {
     // 2. Per-row coefficients, 3. dx.
@@ -326,8 +323,8 @@ cudaError_t launch_backward(const norm::ReluGroupNormBackwardParams& p, void* wo
 template <typename T>
 struct ForwardFamily {
   static size_t workspace_bytes(const norm::ReluGroupNormForwardParams& p) {
-    return forward_workspace<T, typename ScalarOps<T>::acc_t>(nullptr, p.sizes.N, p.sizes.C, p.sizes.G,
-                                                         p.sizes.HxW)
+    return forward_workspace<T, typename ScalarOps<T>::acc_t>(nullptr, p.sizes.N, p.sizes.C,
+                                                              p.sizes.G, p.sizes.HxW)
         .bytes;
   }
   static cudaError_t launch(const norm::ReluGroupNormForwardParams& p, void* workspace,
@@ -340,7 +337,7 @@ template <typename T>
 struct BackwardFamily {
   static size_t workspace_bytes(const norm::ReluGroupNormBackwardParams& p) {
     return backward_workspace<T, typename ScalarOps<T>::acc_t>(nullptr, p.sizes.N, p.sizes.C,
-                                                          p.sizes.HxW)
+                                                               p.sizes.HxW)
         .bytes;
   }
   static cudaError_t launch(const norm::ReluGroupNormBackwardParams& p, void* workspace,

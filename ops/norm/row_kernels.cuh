@@ -34,7 +34,7 @@
 namespace fused_ops {
 namespace gpu {
 
-constexpr int kUnroll = 4;                         // independent vectors per thread per step
+constexpr int kUnroll = 4;  // independent vectors per thread per step
 // Partial reductions: a chunk aims at kTargetChunkVectors 16-byte vectors (32 KB, two steps
 // of the block), and a segment is cut into at most kMaxChunksPerSegment chunks (which bounds
 // the partials a combining warp adds up).
@@ -229,8 +229,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // The sum of pairs[0..count) by the calling warp: lanes take pairs lane, lane + 32, ..., then a
 // butterfly (a fixed order); every lane gets the result.
-__device__ __forceinline__ double2 warp_sum_pairs(const double2* __restrict__ pairs,
-                                                  int64_t count, int lane) {
+__device__ __forceinline__ double2 warp_sum_pairs(const double2* __restrict__ pairs, int64_t count,
+                                                  int lane) {
   double s0 = 0.0;
   double s1 = 0.0;
   for (int64_t k = lane; k < count; k += kWarpSize) {
@@ -265,8 +265,8 @@ static __global__ void __launch_bounds__(kThreads)
 template <typename T, typename S, typename Sums>
 __global__ void __launch_bounds__(kThreads)
     affine_param_grads_kernel(Sums sums, const S* __restrict__ mean, const S* __restrict__ rstd,
-                              int64_t N, int64_t C, int64_t G, int64_t Cg,
-                              T* __restrict__ dweight, T* __restrict__ dbias) {
+                              int64_t N, int64_t C, int64_t G, int64_t Cg, T* __restrict__ dweight,
+                              T* __restrict__ dbias) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (c >= C) {
@@ -398,10 +398,9 @@ cudaError_t launch_segment_pair_sums(const T* in0, const T* in1, double2* partia
   tiling.chunks_per_segment = static_cast<uint32_t>(plan.chunks_per_segment);
   tiling.log2_threads = plan.log2_threads;
   const bool block_per_segment = plan.log2_threads == kLog2Threads;
-  const int64_t blocks =
-      block_per_segment
-          ? num_segments * plan.chunks_per_segment
-          : ceil_div(num_segments, int64_t{kThreads} >> plan.log2_threads);
+  const int64_t blocks = block_per_segment
+                             ? num_segments * plan.chunks_per_segment
+                             : ceil_div(num_segments, int64_t{kThreads} >> plan.log2_threads);
   if (!grid_fits(blocks)) {
     return cudaErrorInvalidConfiguration;
   }
@@ -440,8 +439,7 @@ inline cudaError_t reduce_chunk_partials(const double2* partials, int64_t chunks
     return cudaErrorInvalidConfiguration;
   }
   sum_chunk_partials_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      partials, chunks, num_segments,
-                                                               sums);
+      partials, chunks, num_segments, sums);
   *result = sums;
   return cudaGetLastError();
 }
@@ -458,11 +456,10 @@ cudaError_t launch_row_map(const T* in0, const T* in1, T* out, int64_t num_rows,
   }
   const dim3 grid(static_cast<unsigned>(tiling.num_blocks));
   if (vectorized) {
-    row_map_kernel<T, kNatural, kTwoInputs, Op><<<grid, kThreads, 0, stream>>>(in0, in1, out,
-                                                                               tiling, op);
+    row_map_kernel<T, kNatural, kTwoInputs, Op>
+        <<<grid, kThreads, 0, stream>>>(in0, in1, out, tiling, op);
   } else {
-    row_map_kernel<T, 1, kTwoInputs, Op><<<grid, kThreads, 0, stream>>>(in0, in1, out, tiling,
-                                                                        op);
+    row_map_kernel<T, 1, kTwoInputs, Op><<<grid, kThreads, 0, stream>>>(in0, in1, out, tiling, op);
   }
   return cudaGetLastError();
 }

@@ -18,18 +18,17 @@ namespace gpu {
 //   static cudaError_t launch(const Params&, void* workspace, cudaStream_t stream);
 template <typename Params, template <typename> class Family>
 CudaKernel<Params> make_cuda_kernel() {
-  return CudaKernel<Params>{
-      [](const Params& p) -> size_t {
-        return dispatch_cuda_scalar(p.dtype, [&](auto tag) {
-          return Family<decltype(tag)>::workspace_bytes(p);
-        });
-      },
-      [](const Params& p, void* workspace, void* stream) -> int {
-        return dispatch_cuda_scalar(p.dtype, [&](auto tag) {
-          return static_cast<int>(
-              Family<decltype(tag)>::launch(p, workspace, static_cast<cudaStream_t>(stream)));
-        });
-      }};
+  return CudaKernel<Params>{[](const Params& p) -> size_t {
+                              return dispatch_cuda_scalar(p.dtype, [&](auto tag) {
+                                return Family<decltype(tag)>::workspace_bytes(p);
+                              });
+                            },
+                            [](const Params& p, void* workspace, void* stream) -> int {
+                              return dispatch_cuda_scalar(p.dtype, [&](auto tag) {
+                                return static_cast<int>(Family<decltype(tag)>::launch(
+                                    p, workspace, static_cast<cudaStream_t>(stream)));
+                              });
+                            }};
 }
 
 }  // namespace gpu

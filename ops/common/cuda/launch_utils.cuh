@@ -21,7 +21,7 @@ namespace gpu {
 // ---------------------------------------------------------------------------------------
 // Launch constants.
 
-constexpr int kThreads = 256;                      // threads per block, every kernel
+constexpr int kThreads = 256;  // threads per block, every kernel
 constexpr int kLog2Threads = 8;
 constexpr int kWarpSize = 32;
 constexpr int kWarpsPerBlock = kThreads / kWarpSize;
@@ -40,9 +40,7 @@ inline int ceil_log2(int64_t v) {
   return k;
 }
 
-inline bool is_aligned_16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
+inline bool is_aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Blocks for `items` warp-sized work items, kWarpsPerBlock per block.
 inline int64_t blocks_for_warp_items(int64_t items) { return ceil_div(items, kWarpsPerBlock); }

@@ -77,7 +77,6 @@ struct ScalarOps<__nv_bfloat16> {
   }
 };
 
-
 // Calls f with a value of the CUDA type of `kind` (float, double, __half, __nv_bfloat16):
 // dispatch_cuda_scalar(kind, [&](auto tag) { using T = decltype(tag); return launch<T>(...); }).
 template <typename F>
