@@ -360,3 +360,39 @@ TEST_CASE("CUDA: tensors on mismatched devices are rejected", "[cuda][errors]") 
                           FUSED_CONTAINS("expected mean on device"));
   }
 }
+
+TEST_CASE("CUDA: conv3d_group_norm_mean without autograd runs the one-pass kernels",
+          "[cuda][onepass]") {
+  SKIP_WITHOUT_CUDA();
+  at::manual_seed(31);
+  const at::NoGradGuard no_grad;
+  // The references run on the CPU (no cuDNN: racecheck runs this test case).
+  for (const auto dtype : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
+    for (const auto& c : conv3d_cases()) {
+      INFO(describe(c) << ", " << dtype_name(dtype));
+      const ConvParams p = random_conv_params(c, false, /*input_offset=*/0.5);
+      const auto on_gpu = [&](const OptTensor& t) -> OptTensor {
+        return t ? OptTensor(t->to(kCUDA, dtype)) : OptTensor();
+      };
+      const auto rounded = [&](const OptTensor& t) -> OptTensor {
+        return t ? OptTensor(t->to(dtype).to(at::kDouble)) : OptTensor();
+      };
+      const at::Tensor x = p.input.to(kCUDA, dtype), w = p.weight.to(kCUDA, dtype);
+      CHECK(fused_ops::api::conv3d_group_norm_mean_path(
+                x, w, on_gpu(p.conv_bias), c.stride, c.padding, c.dilation, c.groups, c.num_groups,
+                on_gpu(p.gn_weight), on_gpu(p.gn_bias), c.eps) == "onepass");
+      const at::Tensor out = fused_conv3d_group_norm_mean(c, x, w, on_gpu(p.conv_bias),
+                                                          on_gpu(p.gn_weight), on_gpu(p.gn_bias));
+      REQUIRE(out.scalar_type() == dtype);
+      // The float64 reference of the dtype-rounded arguments: the kernels' products are exact
+      // (float or double accumulation), so the only rounding left is the output's.
+      const at::Tensor ref = ref_conv3d_group_norm_mean(
+          c, p.input.to(dtype).to(at::kDouble), p.weight.to(dtype).to(at::kDouble),
+          rounded(p.conv_bias), rounded(p.gn_weight), rounded(p.gn_bias));
+      check_close(out, ref, cuda_tol(dtype), "output");
+      // Deterministic: a second run is bitwise equal.
+      CHECK(at::equal(out, fused_conv3d_group_norm_mean(c, x, w, on_gpu(p.conv_bias),
+                                                        on_gpu(p.gn_weight), on_gpu(p.gn_bias))));
+    }
+  }
+}

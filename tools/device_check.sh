@@ -51,13 +51,14 @@ for step in "${steps[@]}"; do
     sanitizer)
       for tool in memcheck racecheck; do
         note "compute-sanitizer --tool $tool"
-        # memcheck runs every CUDA test case. racecheck runs the norm test cases (every kernel
-        # of ours, including the channels-last one, and no cuDNN: racecheck fails with an
-        # internal error on cuDNN's Hopper convolution kernels) and looks at our kernels only
-        # (ATen's reduce kernels, the references' mean, report their own warp-synchronous
-        # shared-memory use).
+        # memcheck runs every CUDA test case. racecheck runs the norm and one-pass conv test
+        # cases (every kernel of ours, the channels-last one included, and no cuDNN: racecheck
+        # fails with an internal error on cuDNN's Hopper convolution kernels) and looks at our
+        # kernels only (ATen's reduce kernels, the references' mean, report their own
+        # warp-synchronous shared-memory use).
         if [ "$tool" = racecheck ]; then
-          args=(--kernel-name kns=fused_ops "$build_dir/cpp_tests/fused_ops_tests" "[cuda][norm]")
+          args=(--kernel-name kns=fused_ops "$build_dir/cpp_tests/fused_ops_tests"
+                "[cuda][norm],[cuda][onepass]")
         else
           args=("$build_dir/cpp_tests/fused_ops_tests" "[cuda]")
         fi

@@ -26,6 +26,15 @@ void run_cuda(const char* op, const at::Tensor& on, size_t workspace_bytes,
               c10::function_ref<int(void*, void*)> launch);
 }  // namespace detail
 
+// Runs a CUDA-only kernel family on `on`'s device and current stream.
+template <typename Params>
+void run_cuda_kernel(const char* op, const at::Tensor& on, const Params& params,
+                     const CudaKernel<Params>& cuda) {
+  detail::run_cuda(op, on, cuda.workspace_bytes(params), [&](void* workspace, void* stream) {
+    return cuda.launch(params, workspace, stream);
+  });
+}
+
 // Runs the kernel of `kernels` for `on`'s device (CPU or CUDA) with `params`.
 template <typename Params>
 void run_kernel(const char* op, const at::Tensor& on, const Params& params,
@@ -37,10 +46,7 @@ void run_kernel(const char* op, const at::Tensor& on, const Params& params,
   TORCH_CHECK(on.is_cuda(), op, ": expected CPU or CUDA tensors, got a tensor on ", on.device());
   TORCH_CHECK(kernels.cuda != nullptr, op,
               ": this build of fused_ops has no CUDA kernels (it was built without CUDA)");
-  const CudaKernel<Params>& cuda = *kernels.cuda;
-  detail::run_cuda(op, on, cuda.workspace_bytes(params), [&](void* workspace, void* stream) {
-    return cuda.launch(params, workspace, stream);
-  });
+  run_cuda_kernel(op, on, params, *kernels.cuda);
 }
 
 }  // namespace fused_ops

@@ -50,6 +50,29 @@ FUSED_OPS_HOST_DEVICE Moments combine_equal_parts(const Moments* parts, long lon
   return Moments{mean, m2 + spread * part_count};
 }
 
+// Moments of `count` values, for parts of different sizes.
+struct CountedMoments {
+  double count;
+  double mean;
+  double m2;
+};
+
+// Moments of the union of two parts (Chan et al.'s pairwise update); an empty part is the
+// identity.
+FUSED_OPS_HOST_DEVICE CountedMoments combine_parts(const CountedMoments& a,
+                                                   const CountedMoments& b) {
+  if (a.count == 0.0) {
+    return b;
+  }
+  if (b.count == 0.0) {
+    return a;
+  }
+  const double count = a.count + b.count;
+  const double delta = b.mean - a.mean;
+  return CountedMoments{count, a.mean + delta * (b.count / count),
+                        a.m2 + b.m2 + delta * delta * (a.count * b.count / count)};
+}
+
 FUSED_OPS_HOST_DEVICE double rstd_from_m2(double m2, double count, double eps) {
   return 1.0 / sqrt(m2 / count + eps);
 }

@@ -1,0 +1,86 @@
+// The fused convolution kernels' interface: plain parameter structs (raw pointers, sizes; no
+// torch, no CUDA types) and the per-device entry points. Included by the host functions
+// (ops/conv/*.cpp) and the CUDA kernels (ops/conv/*_cuda.cu).
+#pragma once
+
+#include "common/kernel_types.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fused_ops {
+namespace conv {
+
+// A forward 3-d convolution: input (N, C_in, D, H, W), weight (C_out, C_in / groups, kD, kH,
+// kW), output (N, C_out, Do, Ho, Wo); stride, padding and dilation per spatial dim (D, H, W).
+struct Conv3dShape {
+  int64_t N, C_in, D, H, W;
+  int64_t C_out, kD, kH, kW;
+  int64_t Do, Ho, Wo;
+  int64_t stride[3];
+  int64_t padding[3];
+  int64_t dilation[3];
+  int64_t groups;
+};
+
+// conv3d_group_norm_mean forward: out[n] = mean over (c, *) of
+// group_norm(conv3d(x) + conv_bias)[n], with per-(n, g) statistics mean, rstd and per-(n, c)
+// channel means of the convolution's output (bias included) saved, as
+// norm::GroupNormMeanForwardParams saves them. x and weight contiguous, of `dtype`;
+// conv_bias, gn_weight, gn_bias (C_out) or null; statistics of float (double for double).
+struct Conv3dGroupNormMeanParams {
+  ScalarKind dtype;
+  Conv3dShape conv;
+  int64_t num_groups;  // GroupNorm's
+  double eps;
+  const void* x;
+  const void* weight;
+  const void* conv_bias;
+  const void* gn_weight;
+  const void* gn_bias;
+  void* out;
+  void* mean;
+  void* rstd;
+  void* channel_mean;
+};
+
+// How the one-pass kernels (conv3d_group_norm_mean_onepass_cuda.cu) cut a problem: each block
+// computes the convolution over a box of TD x TH x TW output positions of one sample for `cb`
+// output channels of one conv group, from the box's input footprint (FD x FH x FW per input
+// channel) in shared memory, and reduces it to per-channel moments. Plain host logic (every
+// build), so that the host functions can ask whether a problem is in the family.
+struct OnePassPlan {
+  bool supported = false;
+  int64_t c_in_g = 0, c_out_g = 0;
+  int64_t K = 0;                   // reduction length: c_in_g * kD * kH * kW
+  int64_t cb = 0;                  // output channels per block: a multiple of 8, at most 32
+  int64_t chunks = 0;              // channel chunks per conv group
+  int64_t TD = 0, TH = 0, TW = 0;  // output box
+  int64_t FD = 0, FH = 0, FW = 0;  // its input footprint
+  int64_t boxes_d = 0, boxes_h = 0, boxes_w = 0, boxes = 0;  // boxes per sample
+  int64_t tiles = 0;  // blocks' work items: N * groups * chunks * boxes
+  size_t smem_bytes = 0;
+  size_t workspace_bytes = 0;
+};
+
+// The largest reduction length (C_in / groups * kD * kH * kW) of the one-pass family.
+constexpr int64_t kOnePassMaxReduction = 512;
+// Output positions per block (256 threads, 2 positions each).
+constexpr int64_t kOnePassBoxCapacity = 512;
+
+// The plan for `s` in `dtype`, with at most `smem_limit` bytes of shared memory per block;
+// plan.supported says whether the problem is in the family.
+OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind dtype,
+                                                size_t smem_limit);
+
+// The one-pass CUDA kernels (defined only in builds with CUDA): `supported` says whether a
+// problem is in the family on the current device (its plan fits the device's shared
+// memory); `kernel` runs one that is.
+struct OnePassCudaKernel {
+  bool (*supported)(const Conv3dGroupNormMeanParams&);
+  CudaKernel<Conv3dGroupNormMeanParams> kernel;
+};
+extern const OnePassCudaKernel conv3d_group_norm_mean_onepass_cuda;
+
+}  // namespace conv
+}  // namespace fused_ops
