@@ -12,12 +12,13 @@
 //    Per tile, the block
 //      * loads the box's input footprint (C_in/groups x FD x FH x FW, zero outside the input:
 //        the padding) into shared memory, rows along W so that warps read coalesced;
-//      * computes the direct convolution in registers: each thread owns 2 positions of the
-//        box (t and t + 256) and all cb channels, and runs over the K = C_in/groups * kD * kH
-//        * kW taps: one shared-memory load per position and tap (at the tap's precomputed
-//        offset in the footprint) and cb multiply-adds in the accumulation type (float;
-//        double for double), the chunk's weights read as 16-byte broadcasts. The products
-//        and sums are those of a float32 direct convolution (no TF32);
+//      * computes the direct convolution in registers: each thread owns 8 positions of the box
+//        (t, t + 128, ...) and half of the cb channels, and runs over the K = C_in/groups *
+//        kD * kH * kW taps: per tap, one shared-memory load per position (at the tap's
+//        precomputed offset in the footprint), the channels' weights as 16-byte broadcasts,
+//        and their outer product, 8 * cb / 2 multiply-adds in the accumulation type (float;
+//        double for double). The products and sums are those of a float32 direct
+//        convolution (no TF32);
 //      * reduces, per channel, the box's valid positions to (mean, M2 about that mean) in
 //        double: the sum first (warp butterflies, then the 8 warps in order), then the
 //        squared deviations from the tile mean, the same way: no E[y^2] - mean^2
@@ -42,8 +43,14 @@ namespace fused_ops {
 namespace gpu {
 namespace {
 
-constexpr int kPositionsPerThread = 2;  // kThreads * 2 = kOnePassBoxCapacity
-static_assert(kThreads * kPositionsPerThread == conv::kOnePassBoxCapacity,
+// A block's 256 threads: 2 channel groups (warps 0-3 and 4-7) of 128 position threads; a
+// thread computes 8 positions x CB / 2 channels (an outer product per tap: 8 + CB / 2 shared
+// loads for 4 * CB multiply-adds, which keeps the FMA units, not the loads, the bound).
+constexpr int kChannelGroups = 2;
+constexpr int kPositionThreads = kThreads / kChannelGroups;
+constexpr int kWarpsPerGroup = kPositionThreads / kWarpSize;
+constexpr int kPositionsPerThread = 8;
+static_assert(kPositionThreads * kPositionsPerThread == conv::kOnePassBoxCapacity,
               "the plan's box capacity is the block's position slots");
 
 // What the kernels need besides the params: the plan, and the shared-memory carving.
@@ -85,27 +92,30 @@ __host__ __device__ __forceinline__ int64_t box_count(const conv::OnePassPlan& p
   return nd * nh * nw;
 }
 
-// Per-channel sums over the block, in a fixed order: each warp's butterfly, then the warps in
-// order. value(c) is this thread's value of channel c (c a compile-time index: the loop is
-// unrolled, so that values held in registers stay there); the totals land in `totals`
-// (shared, CB entries), valid for every thread after the call. Every thread must call it.
-template <int CB, typename Value>
+// Per-channel sums over the block, in a fixed order: each warp's butterfly, then the warps of
+// the channel group in order. value(c) is this thread's value of its group's channel c (c < CT,
+// a compile-time index: the loop is unrolled, so that values held in registers stay there);
+// the totals of the block's kChannelGroups * CT channels land in `totals` (shared), valid for
+// every thread after the call. Every thread must call it.
+template <int CT, typename Value>
 __device__ __forceinline__ void block_channel_sums(const Value& value, double* scratch,
                                                    double* totals) {
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
 #pragma unroll
-  for (int c = 0; c < CB; ++c) {
+  for (int c = 0; c < CT; ++c) {
     const double v = warp_allreduce_sum(value(c));
     if (lane == 0) {
-      scratch[warp * CB + c] = v;
+      scratch[warp * CT + c] = v;
     }
   }
   __syncthreads();
-  if (threadIdx.x < CB) {
+  if (threadIdx.x < kChannelGroups * CT) {
+    const int group = threadIdx.x / CT;
+    const int local = threadIdx.x % CT;
     double t = 0.0;
-    for (int w = 0; w < kWarpsPerBlock; ++w) {
-      t += scratch[w * CB + threadIdx.x];
+    for (int w = 0; w < kWarpsPerGroup; ++w) {
+      t += scratch[(group * kWarpsPerGroup + w) * CT + local];
     }
     totals[threadIdx.x] = t;
   }
@@ -115,14 +125,16 @@ __device__ __forceinline__ void block_channel_sums(const Value& value, double* s
 template <typename T, int CB>
 __global__ void __launch_bounds__(kThreads, 2) onepass_moments_kernel(const KernelArgs a) {
   using acc_t = typename ScalarOps<T>::acc_t;
+  constexpr int CT = CB / kChannelGroups;  // channels per thread
+  static_assert(CT % 4 == 0, "weights are read 4 channels at a time");
   const conv::Conv3dShape& s = a.p.conv;
   const conv::OnePassPlan& plan = a.plan;
   extern __shared__ __align__(16) unsigned char smem[];
   acc_t* w_s = reinterpret_cast<acc_t*>(smem);                           // [K][CB]
   int* koff_s = reinterpret_cast<int*>(smem + a.koff_offset);            // [K]
   acc_t* x_s = reinterpret_cast<acc_t*>(smem + a.footprint_offset);      // [c_in_g][FD][FH][FW]
-  double* scratch = reinterpret_cast<double*>(smem + a.scratch_offset);  // [warps][CB]
-  double* totals = scratch + kWarpsPerBlock * CB;                        // [CB]
+  double* scratch = reinterpret_cast<double*>(smem + a.scratch_offset);  // [warps][CT]
+  double* totals = scratch + kWarpsPerBlock * CT;                        // [CB]
   double* tile_mean = totals + CB;                                       // [CB]
 
   const int K = static_cast<int>(plan.K);
@@ -143,6 +155,8 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_moments_kernel(const Kern
   const T* weight = static_cast<const T*>(a.p.weight);
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
+  const int channel_group = threadIdx.x / kPositionThreads;  // (warp-uniform)
+  const int position_thread = threadIdx.x % kPositionThreads;
   const int64_t box_volume = plan.TD * plan.TH * plan.TW;
   int64_t loaded_chunk = -1;  // (g * chunks + chunk) whose weights w_s holds
 
@@ -188,28 +202,31 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_moments_kernel(const Kern
 
     // This thread's positions: their footprint offsets and whether they are outputs.
     int base[kPositionsPerThread];
-    bool valid[kPositionsPerThread];
+    unsigned valid = 0;  // bit j: position j is an output
 #pragma unroll
     for (int j = 0; j < kPositionsPerThread; ++j) {
-      const int64_t pos = threadIdx.x + j * kThreads;
+      const int64_t pos = position_thread + j * kPositionThreads;
       const int64_t td = pos / (plan.TH * plan.TW);
       const int64_t th = (pos / plan.TW) % plan.TH;
       const int64_t tw = pos % plan.TW;
-      valid[j] = pos < box_volume && od0 + td < s.Do && oh0 + th < s.Ho && ow0 + tw < s.Wo;
+      if (pos < box_volume && od0 + td < s.Do && oh0 + th < s.Ho && ow0 + tw < s.Wo) {
+        valid |= 1u << j;
+      }
       base[j] =
           pos < box_volume
               ? static_cast<int>((td * s.stride[0] * FH + th * s.stride[1]) * FW + tw * s.stride[2])
               : 0;
     }
-    acc_t acc[kPositionsPerThread][CB];
+    acc_t acc[kPositionsPerThread][CT];
 #pragma unroll
     for (int j = 0; j < kPositionsPerThread; ++j) {
 #pragma unroll
-      for (int c = 0; c < CB; ++c) {
+      for (int c = 0; c < CT; ++c) {
         acc[j][c] = acc_t(0);
       }
     }
-#pragma unroll 2
+    const acc_t* w_group = w_s + channel_group * CT;
+#pragma unroll 1
     for (int k = 0; k < K; ++k) {
       const int off = koff_s[k];
       acc_t xv[kPositionsPerThread];
@@ -218,9 +235,9 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_moments_kernel(const Kern
         xv[j] = x_s[base[j] + off];
       }
 #pragma unroll
-      for (int c = 0; c < CB; c += 4) {
+      for (int c = 0; c < CT; c += 4) {
         acc_t w[4];
-        load4(w_s + k * CB + c, w);
+        load4(w_group + k * CB + c, w);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
 #pragma unroll
@@ -233,30 +250,31 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_moments_kernel(const Kern
 
     // Per-channel moments of the box's valid positions: sum, then squared deviations.
     const double count = static_cast<double>(box_count(plan, s, box));
-    block_channel_sums<CB>(
+    block_channel_sums<CT>(
         [&](int c) {
-          double v = 0.0;
+          // This thread's few values add up in the accumulation type, then in double.
+          acc_t v = 0;
 #pragma unroll
           for (int j = 0; j < kPositionsPerThread; ++j) {
-            v += valid[j] ? static_cast<double>(acc[j][c]) : 0.0;
+            v += (valid >> j) & 1u ? acc[j][c] : acc_t(0);
           }
-          return v;
+          return static_cast<double>(v);
         },
         scratch, totals);
     if (threadIdx.x < CB) {
       tile_mean[threadIdx.x] = totals[threadIdx.x] / count;
     }
     __syncthreads();  // tile_mean is written; every thread has read totals
-    block_channel_sums<CB>(
+    block_channel_sums<CT>(
         [&](int c) {
-          const double mean = tile_mean[c];
-          double v = 0.0;
+          const acc_t mean = static_cast<acc_t>(tile_mean[channel_group * CT + c]);
+          acc_t v = 0;
 #pragma unroll
           for (int j = 0; j < kPositionsPerThread; ++j) {
-            const double d = static_cast<double>(acc[j][c]) - mean;
-            v += valid[j] ? d * d : 0.0;
+            const acc_t d = acc[j][c] - mean;
+            v += (valid >> j) & 1u ? d * d : acc_t(0);
           }
-          return v;
+          return static_cast<double>(v);
         },
         scratch, totals);
     if (threadIdx.x < CB) {
@@ -409,8 +427,6 @@ struct OnePassFamily {
         return launch_with_cb<T, 16>(args, stream);
       case 24:
         return launch_with_cb<T, 24>(args, stream);
-      case 32:
-        return launch_with_cb<T, 32>(args, stream);
       default:
         return cudaErrorInvalidValue;
     }

@@ -4,13 +4,13 @@
 // Family: a forward convolution whose reduction (C_in / groups * kD * kH * kW) is at most
 // kOnePassMaxReduction = 512 (the headline's is 3 * 27 = 81; C_in = 16 with k = 3 gives 432),
 // whose weights for one channel chunk and input footprint for one box fit the shared memory.
-// Why this bound: a block keeps its chunk's weights in shared memory (K * 32 channels * 4
-// bytes = 64 KB at K = 512 in float), and the direct convolution's cost per output element
+// Why this bound: a block keeps its chunk's weights in shared memory (K * 24 channels * 4
+// bytes = 48 KB at K = 512 in float), and the direct convolution's cost per output element
 // grows with K while the bytes it saves (the conv output, never written) do not: past a few
 // hundred, cuDNN's implicit GEMM on tensor cores is the better path, and the output pass it
 // adds matters less.
 //
-// Box choice: every block runs kOnePassBoxCapacity (512) position slots, whatever the box's
+// Box choice: every block runs kOnePassBoxCapacity (1024) position slots, whatever the box's
 // volume, so the plan minimises (boxes per sample) * (slot work + footprint loads) over the
 // boxes that fit: the widest useful rows first (TW = Wo up to 64, else 32), then the (TD,
 // TH) with the fewest boxes.
@@ -48,13 +48,23 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
   if (static_cast<size_t>(s.C_out) * 2 * sizeof(double) + 256 * sizeof(double) > smem_limit) {
     return plan;
   }
-  plan.cb = std::min<int64_t>(32, ceil_div(plan.c_out_g, 8) * 8);
-  plan.chunks = ceil_div(plan.c_out_g, plan.cb);
+  // Channels per block: 24, 16 or 8, whichever wastes the fewest channel slots (the larger on
+  // a tie: fewer chunks, fewer reloads of the input). In double, 8: a thread's 8 x 4 double
+  // accumulators already take half of its registers.
+  for (const int64_t cb : {24, 16, 8}) {
+    if (dtype == ScalarKind::kDouble && cb != 8) {
+      continue;
+    }
+    if (plan.cb == 0 || ceil_div(plan.c_out_g, cb) * cb < plan.chunks * plan.cb) {
+      plan.cb = cb;
+      plan.chunks = ceil_div(plan.c_out_g, cb);
+    }
+  }
 
   // Fixed shared memory: the chunk's weights [K][cb], the taps' offsets [K], and the
-  // reduction scratch of doubles: per warp [warps][cb], totals [cb], tile means [cb].
+  // reduction scratch of doubles: per warp [warps][cb / 2], totals [cb], tile means [cb].
   const size_t fixed = round_up_16(plan.K * plan.cb * acc_bytes) + round_up_16(plan.K * 4) +
-                       round_up_16((kWarps + 2) * plan.cb * sizeof(double));
+                       round_up_16((kWarps / 2 + 2) * plan.cb * sizeof(double));
   double best_cost = std::numeric_limits<double>::infinity();
   const int64_t tw_options[] = {std::min<int64_t>(s.Wo, 64), std::min<int64_t>(s.Wo, 32),
                                 std::min<int64_t>(s.Wo, 16), std::min<int64_t>(s.Wo, 8)};

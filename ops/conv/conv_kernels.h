@@ -65,8 +65,8 @@ struct OnePassPlan {
 
 // The largest reduction length (C_in / groups * kD * kH * kW) of the one-pass family.
 constexpr int64_t kOnePassMaxReduction = 512;
-// Output positions per block (256 threads, 2 positions each).
-constexpr int64_t kOnePassBoxCapacity = 512;
+// Output positions per block (128 position threads, 8 positions each).
+constexpr int64_t kOnePassBoxCapacity = 1024;
 
 // The plan for `s` in `dtype`, with at most `smem_limit` bytes of shared memory per block;
 // plan.supported says whether the problem is in the family.
