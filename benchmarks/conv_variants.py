@@ -19,6 +19,8 @@ import itertools
 
 import torch
 import torch.nn.functional as F
+from timing import require_cuda
+from workloads import transposed_as_forward_weight
 
 
 def median_ms(fn, inputs, iters):
@@ -38,17 +40,6 @@ def median_ms(fn, inputs, iters):
     return times[len(times) // 2]
 
 
-def transposed_as_forward(weight, groups):
-    c_in, c_out_g = weight.shape[:2]
-    k = weight.shape[2:]
-    return (
-        weight.reshape(groups, c_in // groups, c_out_g, *k)
-        .transpose(1, 2)
-        .reshape(groups * c_out_g, c_in // groups, *k)
-        .flip(2, 3, 4)
-    )
-
-
 def accuracy():
     dev = "cuda"
     torch.manual_seed(0)
@@ -57,7 +48,7 @@ def accuracy():
     weight = torch.randn(64, 128, 3, 3, 3, device=dev) * 0.05
     x = torch.rand(16, 64, 32, 32, 32, device=dev)
     ref = F.conv_transpose3d(x[:2].double(), weight.double())
-    fw = transposed_as_forward(weight, 1)
+    fw = transposed_as_forward_weight(weight, 1)
     cl = torch.channels_last_3d
     variants = {
         "as written": lambda: F.conv_transpose3d(x, weight),
@@ -84,10 +75,15 @@ def accuracy():
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--accuracy", action="store_true")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--iters", type=int, default=20, help="timed calls per variant")
+    parser.add_argument(
+        "--accuracy", action="store_true", help="errors against float64 instead of times"
+    )
     args = parser.parse_args()
+    require_cuda("conv_variants.py")
     if args.accuracy:
         accuracy()
         return
@@ -106,7 +102,7 @@ def main():
         variants = {}
         if case["transposed"]:
             variants["as written"] = lambda x, w=weight: F.conv_transpose3d(x, w)
-            fw = transposed_as_forward(weight, 1)
+            fw = transposed_as_forward_weight(weight, 1)
             variants["as forward conv (pad k-1)"] = lambda x, w=fw: F.conv3d(x, w, padding=2)
             fw_cl = fw.contiguous(memory_format=torch.channels_last_3d)
             variants["as forward conv, NDHWC"] = lambda x, w=fw_cl: F.conv3d(x, w, padding=2)

@@ -14,37 +14,26 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 
 import torch
 import torch.nn.functional as F
+from report import write_json
+from timing import require_cuda
+from workloads import transposed_as_forward_weight
 
 
 def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return ((y.double() - ref).norm() / ref.norm()).item()
 
 
-def forward_rewrite_weight(w: torch.Tensor, groups: int) -> torch.Tensor:
-    c_in, c_out_g = w.shape[:2]
-    k = w.shape[2:]
-    return (
-        w.reshape(groups, c_in // groups, c_out_g, *k)
-        .transpose(1, 2)
-        .reshape(groups * c_out_g, c_in // groups, *k)
-        .flip(2, 3, 4)
-    )
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--json")
+    parser.add_argument("--json", help="write every row to this file")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("cudnn_tf32_survey.py needs a CUDA GPU", file=sys.stderr)
-        return 2
+    require_cuda("cudnn_tf32_survey.py")
     torch.backends.cudnn.allow_tf32 = True
     rows = []
     channels = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64]
@@ -66,7 +55,7 @@ def main() -> int:
             n=n,
             s=s,
             transposed=rel_err(F.conv_transpose3d(x, wt), ref_t),
-            rewrite=rel_err(F.conv3d(x, forward_rewrite_weight(wt, 1), padding=k - 1), ref_t),
+            rewrite=rel_err(F.conv3d(x, transposed_as_forward_weight(wt, 1), padding=k - 1), ref_t),
             forward=rel_err(F.conv3d(x, wf), ref_f),
             forward_ndhwc=rel_err(
                 F.conv3d(
@@ -92,8 +81,7 @@ def main() -> int:
     fwd_t = sorted({(r["c_in"], r["forward"] > 1e-5) for r in rows})
     print("forward conv (NCDHW) TF32 by c_in:", fwd_t)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        write_json(args.json, rows)
     return 0
 
 

@@ -19,75 +19,42 @@ input and parameters, random GroupNorm affine and conv bias), and prints:
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from typing import Dict, List
 
 import torch
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import fused_ops  # noqa: E402
-from fused_ops import reference, testing  # noqa: E402
+from report import write_json
+from workloads import c3_init, ct_init, load_fused
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
-# (name, original class name, init arguments, input shape); headline ones are flagged.
-CASES = [
-    (
-        "ConvTranspose3dReLUGroupNorm",
-        dict(in_channels=8, out_channels=16, kernel_size=3, groups=4, bias=False),
-        (2, 8, 6, 7, 5),
-        False,
-    ),
-    (
-        "ConvTranspose3dReLUGroupNorm",
-        dict(in_channels=6, out_channels=12, kernel_size=2, groups=3, bias=True),
-        (1, 6, 5, 3, 7),
-        False,
-    ),
-    (
-        "ConvTranspose3dReLUGroupNorm",
-        dict(in_channels=32, out_channels=64, kernel_size=3, groups=8, bias=False),
-        (2, 32, 8, 8, 8),
-        False,
-    ),
-    (
-        "ConvTranspose3dReLUGroupNorm",
-        dict(in_channels=64, out_channels=128, kernel_size=3, groups=8, bias=False),
-        (1, 64, 12, 12, 12),
-        False,
-    ),
-    (
-        "Conv3dGroupNormMean",
-        dict(in_channels=3, out_channels=24, kernel_size=3, num_groups=8),
-        (4, 3, 8, 9, 10),
-        False,
-    ),
-    (
-        "Conv3dGroupNormMean",
-        dict(in_channels=3, out_channels=24, kernel_size=3, num_groups=8),
-        (16, 3, 24, 32, 32),
-        False,
-    ),
-    (
-        "Conv3dGroupNormMean",
-        dict(in_channels=16, out_channels=32, kernel_size=3, num_groups=8),
-        (4, 16, 10, 10, 10),
-        False,
-    ),
-    (
-        "Conv3dGroupNormMean",
-        dict(in_channels=64, out_channels=64, kernel_size=3, num_groups=8),
-        (2, 64, 10, 10, 10),
-        False,
-    ),
+CT, C3 = "ConvTranspose3dReLUGroupNorm", "Conv3dGroupNormMean"
+# (original class name, init arguments, input shape) of the small cases; all_cases adds
+# fused_ops.reference.WORKLOADS' (the headline ones).
+SMALL_CASES = [
+    (CT, ct_init(8, 16, groups=4), (2, 8, 6, 7, 5)),
+    (CT, ct_init(6, 12, groups=3, kernel_size=2, bias=True), (1, 6, 5, 3, 7)),
+    (CT, ct_init(32, 64), (2, 32, 8, 8, 8)),
+    (CT, ct_init(64, 128), (1, 64, 12, 12, 12)),
+    (C3, c3_init(3, 24), (4, 3, 8, 9, 10)),
+    (C3, c3_init(3, 24), (16, 3, 24, 32, 32)),
+    (C3, c3_init(16, 32), (4, 16, 10, 10, 10)),
+    (C3, c3_init(64, 64), (2, 64, 10, 10, 10)),
 ]
-for _name, _w in reference.WORKLOADS.items():
-    CASES.append((_w["model"].__name__, dict(_w["init"]), tuple(_w["input_shape"]), True))
+
+
+def all_cases(reference):
+    """(name, init, shape, headline?) of every case."""
+    cases = [(name, init, shape, False) for name, init, shape in SMALL_CASES]
+    for w in reference.WORKLOADS.values():
+        cases.append((w["model"].__name__, dict(w["init"]), tuple(w["input_shape"]), True))
+    return cases
 
 
 def run_case(cls_name, init, shape, dtype, tf32, dist, device, grad) -> List[Dict]:
+    import fused_ops  # loaded by main (load_fused)
+    from fused_ops import reference, testing
+
     Original = getattr(reference, cls_name)
     Fused = getattr(fused_ops, cls_name)
     torch.manual_seed(0)
@@ -132,7 +99,11 @@ def main() -> int:
     parser.add_argument("--grad", action="store_true", help="gradients too (float32)")
     parser.add_argument("--dtypes", default="float32,float16,bfloat16")
     parser.add_argument("--json", help="write every row to this file")
+    parser.add_argument(
+        "--lib", default=None, help="path of libfused_ops.so (else fused_ops finds it)"
+    )
     args = parser.parse_args()
+    _, fused_ops = load_fused(args.lib)
     devices = ["cpu", "cuda"] if args.device == "all" else [args.device]
     if "cuda" in devices and not torch.cuda.is_available():
         if args.device == "cuda":
@@ -141,7 +112,7 @@ def main() -> int:
         devices.remove("cuda")
     rows = []
     for device in devices:
-        for cls_name, init, shape, headline in CASES:
+        for cls_name, init, shape, headline in all_cases(fused_ops.reference):
             if (
                 (headline and not (args.headline or args.only_headline))
                 or (args.only_headline and not headline)
@@ -187,8 +158,7 @@ def main() -> int:
         worst = max(worst, r["ratio"])
     print(f"worst fused/eager error ratio: {worst:.2f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        write_json(args.json, rows)
     return 0
 
 

@@ -8,22 +8,28 @@ be explained by where the time goes.
 """
 
 import argparse
-import os
-import sys
 
 import torch
+from timing import require_cuda
 from torch.profiler import ProfilerActivity, profile
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import fused_ops  # noqa: E402  (the repository's package)
-from fused_ops import reference  # noqa: E402
+from workloads import MODEL_CLASS, load_fused
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--only", default=",".join(reference.WORKLOADS))
-    parser.add_argument("--tf32", default="on,off")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--only", default=",".join(MODEL_CLASS), help="comma list of " + ", ".join(MODEL_CLASS)
+    )
+    parser.add_argument("--tf32", default="on,off", help="TF32 settings: on,off")
+    parser.add_argument(
+        "--lib", default=None, help="path of libfused_ops.so (else fused_ops finds it)"
+    )
     args = parser.parse_args()
+    require_cuda("profile_models.py")
+    _, fused_ops = load_fused(args.lib)
+    reference = fused_ops.reference
     torch.manual_seed(0)
     for name in args.only.split(","):
         workload = reference.WORKLOADS[name]
