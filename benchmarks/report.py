@@ -194,28 +194,28 @@ def targets(results):
             return None
         return e["pct_copy_bw"] / 100
 
-    def ratio(w, m, t):
+    def fused_ms(w, m, t):
         f = results.get((w, m, t, "fused"))
-        e = results.get((w, m, t, "eager"))
-        if not f or not e or f.get("status") != "ok" or e.get("status") != "ok":
-            return None
-        return f["median_ms"] / e["median_ms"]
+        return f["median_ms"] if f and f.get("status") == "ok" else None
 
     ct, c3 = "conv_transpose3d_relu_group_norm", "conv3d_group_norm_mean"
     checks = [
         ("relu_group_norm fwd fused >= 80% of copy BW", bw("relu_group_norm"), 0.80, ">="),
         ("group_norm_mean fwd fused >= 80% of copy BW", bw("group_norm_mean"), 0.80, ">="),
     ]
+    # The headline models' time targets, in ms (H100): the fused convolutions' goals.
     for label, w, mode, tf32, thr in (
-        ("conv_transpose3d model fwd", ct, "fwd", "on", 0.45),
-        ("conv_transpose3d model fwd", ct, "fwd", "off", 0.40),
-        ("conv3d model fwd", c3, "fwd", "on", 0.55),
-        ("conv3d model fwd", c3, "fwd", "off", 0.55),
-        ("conv_transpose3d model fwd+bwd", ct, "fwdbwd", "on", 0.75),
-        ("conv_transpose3d model fwd+bwd", ct, "fwdbwd", "off", 0.75),
+        ("conv3d model fwd", c3, "fwd", "on", 0.16),
+        ("conv3d model fwd", c3, "fwd", "off", 0.16),
+        ("conv3d model fwd+bwd", c3, "fwdbwd", "on", 1.0),
+        ("conv3d model fwd+bwd", c3, "fwdbwd", "off", 1.0),
+        ("conv_transpose3d model fwd", ct, "fwd", "on", 1.1),
+        ("conv_transpose3d model fwd", ct, "fwd", "off", 2.8),
+        ("conv_transpose3d model fwd+bwd", ct, "fwdbwd", "on", 4.0),
+        ("conv_transpose3d model fwd+bwd", ct, "fwdbwd", "off", 9.0),
     ):
         checks.append(
-            (f"{label} fused/eager <= {thr:.2f} (tf32 {tf32})", ratio(w, mode, tf32), thr, "<=")
+            (f"{label} fused <= {thr:g} ms (tf32 {tf32})", fused_ms(w, mode, tf32), thr, "<=")
         )
     for label, val, thr, op in checks:
         if val is None:

@@ -6,23 +6,29 @@
 // combined with Chan et al.'s formula (group_norm_math.h). The conv bias shifts a channel's
 // mean and leaves its M2 alone, so it is folded in at the end.
 //
-// 1. onepass_moments_kernel: a persistent grid of 256-thread blocks walks the work items
-//    (tiles) in a fixed assignment; a tile is (sample n, conv group g, chunk of `cb` output
-//    channels, box of TD x TH x TW output positions) (conv_kernels.h: OnePassPlan).
-//    Per tile, the block
+// 1. A moments kernel: a persistent grid of 256-thread blocks walks the work items (tiles) in
+//    a fixed assignment; a tile is (sample n, conv group g, chunk of `cb` output channels, box
+//    of TD x TH x TW output positions) (conv_kernels.h: OnePassPlan). Per tile, the block
 //      * loads the box's input footprint (C_in/groups x FD x FH x FW, zero outside the input:
 //        the padding) into shared memory, rows along W so that warps read coalesced;
-//      * computes the direct convolution in registers: each thread owns 8 positions of the box
-//        (t, t + 128, ...) and half of the cb channels, and runs over the K = C_in/groups *
-//        kD * kH * kW taps: per tap, one shared-memory load per position (at the tap's
-//        precomputed offset in the footprint), the channels' weights as 16-byte broadcasts,
-//        and their outer product, 8 * cb / 2 multiply-adds in the accumulation type (float;
-//        double for double). The products and sums are those of a float32 direct
-//        convolution (no TF32);
+//      * computes the convolution of the box in registers, an implicit GEMM of the box's
+//        positions (M) by the chunk's channels (N) over the K = C_in/groups * kD * kH * kW
+//        taps, each operand element read from the footprint at its tap's precomputed offset:
+//          - float32 (tensor_cores): mma.sync m16n8k8 on split TF32 ("3xTF32": each operand
+//            is a high TF32 part plus a TF32 remainder, and a * b = a_hi b_hi + a_hi b_lo +
+//            a_lo b_hi, the dropped a_lo b_lo being ~2^-22 of it), float32 accumulation:
+//            float32-grade products at tensor-core speed. Each warp owns 4 m16 tiles (64
+//            positions) and all cb channels; the weights sit in shared memory already split
+//            and in fragment order (one 16-byte load per n8 tile and k step); 512 positions
+//            a tile;
+//          - other dtypes (direct kernel): each thread owns 8 positions and half of the cb
+//            channels, and per tap loads its 8 inputs and the channels' weights (16-byte
+//            broadcasts) for an outer product of multiply-adds in the accumulation type
+//            (float; double for double): 1024 positions a tile;
 //      * reduces, per channel, the box's valid positions to (mean, M2 about that mean) in
-//        double: the sum first (warp butterflies, then the 8 warps in order), then the
-//        squared deviations from the tile mean, the same way: no E[y^2] - mean^2
-//        cancellation;
+//        double: the sums first (within the thread, warp butterflies, then the warps in
+//        order), then the squared deviations from the tile mean, the same way: no
+//        E[y^2] - mean^2 cancellation;
 //      * writes one (mean, M2) pair per channel to the workspace slot of the tile.
 //    The chunk's weights stay in shared memory from one tile to the next of the same chunk.
 // 2. onepass_finalize_kernel: one block per sample combines, per channel, its tiles in box
@@ -36,6 +42,7 @@
 #include "conv/conv_kernels.h"
 #include "norm/group_norm_math.h"
 
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
@@ -43,41 +50,63 @@ namespace fused_ops {
 namespace gpu {
 namespace {
 
-// A block's 256 threads: 2 channel groups (warps 0-3 and 4-7) of 128 position threads; a
-// thread computes 8 positions x CB / 2 channels (an outer product per tap: 8 + CB / 2 shared
-// loads for 4 * CB multiply-adds, which keeps the FMA units, not the loads, the bound).
+// The direct kernel's threads: 2 channel groups (warps 0-3 and 4-7) of 128 position threads;
+// a thread computes 8 positions x cb / 2 channels (an outer product per tap: 8 + cb / 2
+// shared loads for 4 * cb multiply-adds, which keeps the FMA units, not the loads, the bound).
 constexpr int kChannelGroups = 2;
 constexpr int kPositionThreads = kThreads / kChannelGroups;
-constexpr int kWarpsPerGroup = kPositionThreads / kWarpSize;
 constexpr int kPositionsPerThread = 8;
-static_assert(kPositionThreads * kPositionsPerThread == conv::kOnePassBoxCapacity,
-              "the plan's box capacity is the block's position slots");
+static_assert(kPositionThreads * kPositionsPerThread == conv::kOnePassDirectCapacity,
+              "the plan's capacity is the direct kernel's position slots");
+// The tensor-core kernel's warps: 4 m16 tiles each.
+constexpr int kMmaTilesPerWarp = 4;
+static_assert(kWarpsPerBlock * kMmaTilesPerWarp * 16 == conv::kOnePassTensorCoreCapacity,
+              "the plan's capacity is the tensor-core kernel's position slots");
 
-// What the kernels need besides the params: the plan, and the shared-memory carving.
 struct KernelArgs {
   conv::Conv3dGroupNormMeanParams p;
   conv::OnePassPlan plan;
   double2* partials;  // [tiles][cb]: (mean, M2) of the tile's valid positions per channel
-  size_t koff_offset, footprint_offset, scratch_offset;  // bytes into shared memory
 };
 
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// Four consecutive accumulation-type values from 16-byte aligned shared memory.
-__device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
-  const float4 q = *reinterpret_cast<const float4*>(p);
-  v[0] = q.x;
-  v[1] = q.y;
-  v[2] = q.z;
-  v[3] = q.w;
-}
-__device__ __forceinline__ void load4(const double* p, double (&v)[4]) {
-  const double2 a = *reinterpret_cast<const double2*>(p);
-  const double2 b = *reinterpret_cast<const double2*>(p + 2);
-  v[0] = a.x;
-  v[1] = a.y;
-  v[2] = b.x;
-  v[3] = b.y;
+// A tile's coordinates, and how much of its box lies inside the output. (32-bit arithmetic:
+// the plan keeps tiles, boxes and sizes below 2^31, and 64-bit divisions cost ~70
+// instructions each.)
+struct Tile {
+  int64_t n, g;
+  int64_t chunk;      // g * chunks + channel chunk (which weights the block needs)
+  int64_t c0;         // first output channel of the chunk
+  int64_t c_end;      // end of the conv group's channels
+  int od0, oh0, ow0;  // the box's first output position
+  int nd, nh, nw;     // its extent inside the output
+};
+
+__device__ __forceinline__ Tile tile_at(int64_t tile, const conv::OnePassPlan& plan,
+                                        const conv::Conv3dShape& s, int cb) {
+  const unsigned boxes = static_cast<unsigned>(plan.boxes);
+  const unsigned t32 = static_cast<unsigned>(tile);
+  const unsigned box = t32 % boxes;
+  const unsigned rest = t32 / boxes;
+  const unsigned N = static_cast<unsigned>(s.N);
+  Tile t;
+  t.n = rest % N;
+  t.chunk = rest / N;
+  t.g = t.chunk / plan.chunks;
+  t.c0 = t.g * plan.c_out_g + (t.chunk - t.g * plan.chunks) * cb;
+  t.c_end = (t.g + 1) * plan.c_out_g;
+  const unsigned boxes_w = static_cast<unsigned>(plan.boxes_w);
+  const unsigned boxes_h = static_cast<unsigned>(plan.boxes_h);
+  const int TD = static_cast<int>(plan.TD), TH = static_cast<int>(plan.TH),
+            TW = static_cast<int>(plan.TW);
+  t.ow0 = static_cast<int>(box % boxes_w) * TW;
+  t.oh0 = static_cast<int>((box / boxes_w) % boxes_h) * TH;
+  t.od0 = static_cast<int>(box / (boxes_w * boxes_h)) * TD;
+  t.nd = min(TD, static_cast<int>(s.Do) - t.od0);
+  t.nh = min(TH, static_cast<int>(s.Ho) - t.oh0);
+  t.nw = min(TW, static_cast<int>(s.Wo) - t.ow0);
+  return t;
 }
 
 // The number of output positions of box `box` inside the output.
@@ -86,136 +115,162 @@ __host__ __device__ __forceinline__ int64_t box_count(const conv::OnePassPlan& p
   const int64_t bw = box % plan.boxes_w;
   const int64_t bh = (box / plan.boxes_w) % plan.boxes_h;
   const int64_t bd = box / (plan.boxes_w * plan.boxes_h);
-  const int64_t nd = min64(plan.TD, s.Do - bd * plan.TD);
-  const int64_t nh = min64(plan.TH, s.Ho - bh * plan.TH);
-  const int64_t nw = min64(plan.TW, s.Wo - bw * plan.TW);
-  return nd * nh * nw;
+  return min64(plan.TD, s.Do - bd * plan.TD) * min64(plan.TH, s.Ho - bh * plan.TH) *
+         min64(plan.TW, s.Wo - bw * plan.TW);
 }
 
-// Per-channel sums over the block, in a fixed order: each warp's butterfly, then the warps of
-// the channel group in order. value(c) is this thread's value of its group's channel c (c < CT,
-// a compile-time index: the loop is unrolled, so that values held in registers stay there);
-// the totals of the block's kChannelGroups * CT channels land in `totals` (shared), valid for
-// every thread after the call. Every thread must call it.
-template <int CT, typename Value>
-__device__ __forceinline__ void block_channel_sums(const Value& value, double* scratch,
-                                                   double* totals) {
+// Offset of tap k = (ci, kd, kh, kw) in the footprint, relative to a position's first tap.
+// The tensor-core kernel's padded taps (K <= k < k_pad, whose weights are zero) read the
+// first tap again: an input of that position's own window, so their product is 0 where the
+// input is finite, and non-finite only where that position's output is already.
+__device__ __forceinline__ int tap_offset(int k, const conv::OnePassPlan& plan,
+                                          const conv::Conv3dShape& s) {
+  if (k >= plan.K) {
+    return 0;
+  }
+  const int64_t ci = k / (s.kD * s.kH * s.kW);
+  const int64_t kd = (k / (s.kH * s.kW)) % s.kD;
+  const int64_t kh = (k / s.kW) % s.kH;
+  const int64_t kw = k % s.kW;
+  return static_cast<int>(((ci * plan.FD + kd * s.dilation[0]) * plan.FH + kh * s.dilation[1]) *
+                              plan.FW +
+                          kw * s.dilation[2]);
+}
+
+// A box position's offset in the footprint, and its (td, th, tw) packed in 10-bit fields
+// (box sides are at most 1024); a slot past the box gets offset 0 and a coordinate that no
+// tile's extent admits. The same for every tile: computed once per thread.
+struct BoxPosition {
+  int offset;
+  unsigned packed;
+};
+
+__device__ __forceinline__ BoxPosition box_position(int pos, const conv::OnePassPlan& plan,
+                                                    const conv::Conv3dShape& s) {
+  const int TH = static_cast<int>(plan.TH), TW = static_cast<int>(plan.TW);
+  if (pos >= plan.TD * TH * TW) {
+    return BoxPosition{0, 0xffffffffu};
+  }
+  const int td = pos / (TH * TW);
+  const int th = (pos / TW) % TH;
+  const int tw = pos % TW;
+  const int offset = static_cast<int>((td * s.stride[0] * plan.FH + th * s.stride[1]) * plan.FW +
+                                      tw * s.stride[2]);
+  return BoxPosition{offset, (static_cast<unsigned>(td) << 20) | (static_cast<unsigned>(th) << 10) |
+                                 static_cast<unsigned>(tw)};
+}
+
+// Whether a box position is an output position of tile t.
+__device__ __forceinline__ bool inside(unsigned packed, const Tile& t) {
+  return static_cast<int>(packed >> 20) < t.nd &&
+         static_cast<int>((packed >> 10) & 0x3ffu) < t.nh &&
+         static_cast<int>(packed & 0x3ffu) < t.nw;
+}
+
+// The tile's input footprint into x_s, one (ci, fd, fh) row per warp at a time (the row
+// indices advance by carries, not divisions).
+template <typename T, typename acc_t>
+__device__ __forceinline__ void load_footprint(const T* __restrict__ x, acc_t* x_s, const Tile& t,
+                                               const conv::OnePassPlan& plan,
+                                               const conv::Conv3dShape& s) {
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
-#pragma unroll
-  for (int c = 0; c < CT; ++c) {
-    const double v = warp_allreduce_sum(value(c));
-    if (lane == 0) {
-      scratch[warp * CT + c] = v;
+  const int FD = static_cast<int>(plan.FD), FH = static_cast<int>(plan.FH),
+            FW = static_cast<int>(plan.FW);
+  const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);
+  const int id0 = t.od0 * static_cast<int>(s.stride[0]) - static_cast<int>(s.padding[0]);
+  const int ih0 = t.oh0 * static_cast<int>(s.stride[1]) - static_cast<int>(s.padding[1]);
+  const int iw0 = t.ow0 * static_cast<int>(s.stride[2]) - static_cast<int>(s.padding[2]);
+  const int c_in_g = static_cast<int>(plan.c_in_g);
+  const T* sample = x + (t.n * s.C_in + t.g * plan.c_in_g) * s.D * s.H * s.W;
+  int fh = warp % FH;
+  int plane = warp / FH;  // ci * FD + fd
+  int fd = plane % FD;
+  int ci = plane / FD;
+  for (int r = warp; ci < c_in_g; r += kWarpsPerBlock) {
+    const int id = id0 + fd;
+    const int ih = ih0 + fh;
+    const bool row_inside = id >= 0 && id < D && ih >= 0 && ih < H;
+    const T* src =
+        sample + (static_cast<int64_t>(ci) * D + id) * H * W + static_cast<int64_t>(ih) * W;
+    for (int fw = lane; fw < FW; fw += kWarpSize) {
+      const int iw = iw0 + fw;
+      x_s[r * FW + fw] = row_inside && iw >= 0 && iw < W ? ScalarOps<T>::to_acc(src[iw]) : acc_t(0);
+    }
+    fh += kWarpsPerBlock;
+    while (fh >= FH) {
+      fh -= FH;
+      if (++fd == FD) {
+        fd = 0;
+        ++ci;
+      }
     }
   }
-  __syncthreads();
-  if (threadIdx.x < kChannelGroups * CT) {
-    const int group = threadIdx.x / CT;
-    const int local = threadIdx.x % CT;
+}
+
+// The tile's per-channel (mean, M2) from per-warp channel sums: `scratch` holds each warp's
+// sums ([warp][cb], zero where a warp holds no such channel); combine them in warp order into
+// `totals` (threads < cb). Call between two __syncthreads.
+__device__ __forceinline__ void sum_warps(const double* scratch, double* totals, int cb) {
+  if (threadIdx.x < cb) {
     double t = 0.0;
-    for (int w = 0; w < kWarpsPerGroup; ++w) {
-      t += scratch[(group * kWarpsPerGroup + w) * CT + local];
+    for (int w = 0; w < kWarpsPerBlock; ++w) {
+      t += scratch[w * cb + threadIdx.x];
     }
     totals[threadIdx.x] = t;
   }
-  __syncthreads();
 }
 
+// ---------------------------------------------------------------------------------------
+// The direct kernel (every dtype).
+
 template <typename T, int CB>
-__global__ void __launch_bounds__(kThreads, 2) onepass_moments_kernel(const KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) onepass_direct_kernel(const KernelArgs a) {
   using acc_t = typename ScalarOps<T>::acc_t;
   constexpr int CT = CB / kChannelGroups;  // channels per thread
   static_assert(CT % 4 == 0, "weights are read 4 channels at a time");
   const conv::Conv3dShape& s = a.p.conv;
   const conv::OnePassPlan& plan = a.plan;
   extern __shared__ __align__(16) unsigned char smem[];
-  acc_t* w_s = reinterpret_cast<acc_t*>(smem);                           // [K][CB]
-  int* koff_s = reinterpret_cast<int*>(smem + a.koff_offset);            // [K]
-  acc_t* x_s = reinterpret_cast<acc_t*>(smem + a.footprint_offset);      // [c_in_g][FD][FH][FW]
-  double* scratch = reinterpret_cast<double*>(smem + a.scratch_offset);  // [warps][CT]
-  double* totals = scratch + kWarpsPerBlock * CT;                        // [CB]
-  double* tile_mean = totals + CB;                                       // [CB]
+  acc_t* w_s = reinterpret_cast<acc_t*>(smem);                              // [K][CB]
+  int* koff_s = reinterpret_cast<int*>(smem + plan.koff_offset);            // [K]
+  acc_t* x_s = reinterpret_cast<acc_t*>(smem + plan.footprint_offset);      // footprint
+  double* scratch = reinterpret_cast<double*>(smem + plan.scratch_offset);  // [warps][CB]
+  double* totals = scratch + kWarpsPerBlock * CB;                           // [CB]
+  double* tile_mean = totals + CB;                                          // [CB]
 
   const int K = static_cast<int>(plan.K);
-  const int FH = static_cast<int>(plan.FH), FW = static_cast<int>(plan.FW);
-  const int plane = static_cast<int>(plan.FD) * FH * FW;
-  const int64_t kvol = s.kD * s.kH * s.kW;
-  // Offset of tap k = (ci, kd, kh, kw) in the footprint.
   for (int k = threadIdx.x; k < K; k += kThreads) {
-    const int64_t ci = k / kvol;
-    const int64_t kd = (k / (s.kH * s.kW)) % s.kD;
-    const int64_t kh = (k / s.kW) % s.kH;
-    const int64_t kw = k % s.kW;
-    koff_s[k] = static_cast<int>(ci * plane + kd * s.dilation[0] * FH * FW +
-                                 kh * s.dilation[1] * FW + kw * s.dilation[2]);
+    koff_s[k] = tap_offset(k, plan, s);
   }
-
-  const T* x = static_cast<const T*>(a.p.x);
   const T* weight = static_cast<const T*>(a.p.weight);
-  const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
   const int channel_group = threadIdx.x / kPositionThreads;  // (warp-uniform)
-  const int position_thread = threadIdx.x % kPositionThreads;
-  const int64_t box_volume = plan.TD * plan.TH * plan.TW;
-  int64_t loaded_chunk = -1;  // (g * chunks + chunk) whose weights w_s holds
+  BoxPosition position[kPositionsPerThread];
+#pragma unroll
+  for (int j = 0; j < kPositionsPerThread; ++j) {
+    position[j] = box_position(threadIdx.x % kPositionThreads + j * kPositionThreads, plan, s);
+  }
+  int64_t loaded_chunk = -1;  // whose weights w_s holds
 
   for (int64_t tile = blockIdx.x; tile < plan.tiles; tile += gridDim.x) {
-    const int64_t box = tile % plan.boxes;
-    const int64_t n = (tile / plan.boxes) % s.N;
-    const int64_t group_chunk = tile / (plan.boxes * s.N);
-    const int64_t g = group_chunk / plan.chunks;
-    const int64_t c0 = g * plan.c_out_g + (group_chunk % plan.chunks) * CB;  // first channel
-    const int64_t c_end = (g + 1) * plan.c_out_g;                            // group's end
-    const int64_t bw = box % plan.boxes_w;
-    const int64_t bh = (box / plan.boxes_w) % plan.boxes_h;
-    const int64_t bd = box / (plan.boxes_w * plan.boxes_h);
-    const int64_t od0 = bd * plan.TD, oh0 = bh * plan.TH, ow0 = bw * plan.TW;
-
+    const Tile t = tile_at(tile, plan, s, CB);
     __syncthreads();  // the previous tile is done with shared memory
-    if (group_chunk != loaded_chunk) {
+    if (t.chunk != loaded_chunk) {
       for (int i = threadIdx.x; i < K * CB; i += kThreads) {
-        const int k = i / CB;
-        const int64_t c = c0 + i % CB;
-        w_s[i] = c < c_end ? ScalarOps<T>::to_acc(weight[c * K + k]) : acc_t(0);
+        const int64_t c = t.c0 + i % CB;
+        w_s[i] = c < t.c_end ? ScalarOps<T>::to_acc(weight[c * K + i / CB]) : acc_t(0);
       }
-      loaded_chunk = group_chunk;
+      loaded_chunk = t.chunk;
     }
-    // The footprint, one (ci, fd, fh) row per warp at a time.
-    const int64_t id0 = od0 * s.stride[0] - s.padding[0];
-    const int64_t ih0 = oh0 * s.stride[1] - s.padding[1];
-    const int64_t iw0 = ow0 * s.stride[2] - s.padding[2];
-    const int64_t rows = plan.c_in_g * plan.FD * FH;
-    for (int64_t r = warp; r < rows; r += kWarpsPerBlock) {
-      const int64_t ci = r / (plan.FD * FH);
-      const int64_t id = id0 + (r / FH) % plan.FD;
-      const int64_t ih = ih0 + r % FH;
-      const bool row_inside = id >= 0 && id < s.D && ih >= 0 && ih < s.H;
-      const T* src = x + (((n * s.C_in + g * plan.c_in_g + ci) * s.D + id) * s.H + ih) * s.W;
-      for (int fw = lane; fw < FW; fw += kWarpSize) {
-        const int64_t iw = iw0 + fw;
-        x_s[r * FW + fw] =
-            row_inside && iw >= 0 && iw < s.W ? ScalarOps<T>::to_acc(src[iw]) : acc_t(0);
-      }
-    }
+    load_footprint(static_cast<const T*>(a.p.x), x_s, t, plan, s);
     __syncthreads();
 
-    // This thread's positions: their footprint offsets and whether they are outputs.
-    int base[kPositionsPerThread];
     unsigned valid = 0;  // bit j: position j is an output
 #pragma unroll
     for (int j = 0; j < kPositionsPerThread; ++j) {
-      const int64_t pos = position_thread + j * kPositionThreads;
-      const int64_t td = pos / (plan.TH * plan.TW);
-      const int64_t th = (pos / plan.TW) % plan.TH;
-      const int64_t tw = pos % plan.TW;
-      if (pos < box_volume && od0 + td < s.Do && oh0 + th < s.Ho && ow0 + tw < s.Wo) {
-        valid |= 1u << j;
-      }
-      base[j] =
-          pos < box_volume
-              ? static_cast<int>((td * s.stride[0] * FH + th * s.stride[1]) * FW + tw * s.stride[2])
-              : 0;
+      valid |= inside(position[j].packed, t) ? 1u << j : 0u;
     }
     acc_t acc[kPositionsPerThread][CT];
 #pragma unroll
@@ -232,12 +287,19 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_moments_kernel(const Kern
       acc_t xv[kPositionsPerThread];
 #pragma unroll
       for (int j = 0; j < kPositionsPerThread; ++j) {
-        xv[j] = x_s[base[j] + off];
+        xv[j] = x_s[position[j].offset + off];
       }
 #pragma unroll
       for (int c = 0; c < CT; c += 4) {
         acc_t w[4];
-        load4(w_group + k * CB + c, w);
+        if constexpr (sizeof(acc_t) == 4) {
+          const float4 q = *reinterpret_cast<const float4*>(w_group + k * CB + c);
+          w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w;
+        } else {
+          const double2 q0 = *reinterpret_cast<const double2*>(w_group + k * CB + c);
+          const double2 q1 = *reinterpret_cast<const double2*>(w_group + k * CB + c + 2);
+          w[0] = q0.x, w[1] = q0.y, w[2] = q1.x, w[3] = q1.y;
+        }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
 #pragma unroll
@@ -248,35 +310,34 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_moments_kernel(const Kern
       }
     }
 
-    // Per-channel moments of the box's valid positions: sum, then squared deviations.
-    const double count = static_cast<double>(box_count(plan, s, box));
-    block_channel_sums<CT>(
-        [&](int c) {
-          // This thread's few values add up in the accumulation type, then in double.
-          acc_t v = 0;
+    // Per-channel moments of the box's valid positions: sums, then squared deviations. A
+    // warp holds channel_group's CT channels; the other group's scratch entries are zero.
+    const double count = static_cast<double>(t.nd) * t.nh * t.nw;
+    for (int pass = 0; pass < 2; ++pass) {
 #pragma unroll
-          for (int j = 0; j < kPositionsPerThread; ++j) {
-            v += (valid >> j) & 1u ? acc[j][c] : acc_t(0);
-          }
-          return static_cast<double>(v);
-        },
-        scratch, totals);
-    if (threadIdx.x < CB) {
-      tile_mean[threadIdx.x] = totals[threadIdx.x] / count;
+      for (int c = 0; c < CT; ++c) {
+        const acc_t mean =
+            pass == 0 ? acc_t(0) : static_cast<acc_t>(tile_mean[channel_group * CT + c]);
+        acc_t v = 0;  // this thread's few values, in the accumulation type, then double
+#pragma unroll
+        for (int j = 0; j < kPositionsPerThread; ++j) {
+          const acc_t d = acc[j][c] - mean;
+          v += (valid >> j) & 1u ? (pass == 0 ? acc[j][c] : d * d) : acc_t(0);
+        }
+        const double total = warp_allreduce_sum(static_cast<double>(v));
+        if (lane == 0) {
+          scratch[warp * CB + channel_group * CT + c] = total;
+          scratch[warp * CB + (1 - channel_group) * CT + c] = 0.0;
+        }
+      }
+      __syncthreads();
+      sum_warps(scratch, totals, CB);
+      __syncthreads();
+      if (pass == 0 && threadIdx.x < CB) {
+        tile_mean[threadIdx.x] = totals[threadIdx.x] / count;
+      }
+      __syncthreads();
     }
-    __syncthreads();  // tile_mean is written; every thread has read totals
-    block_channel_sums<CT>(
-        [&](int c) {
-          const acc_t mean = static_cast<acc_t>(tile_mean[channel_group * CT + c]);
-          acc_t v = 0;
-#pragma unroll
-          for (int j = 0; j < kPositionsPerThread; ++j) {
-            const acc_t d = acc[j][c] - mean;
-            v += (valid >> j) & 1u ? d * d : acc_t(0);
-          }
-          return static_cast<double>(v);
-        },
-        scratch, totals);
     if (threadIdx.x < CB) {
       a.partials[tile * CB + threadIdx.x] =
           make_double2(tile_mean[threadIdx.x], totals[threadIdx.x]);
@@ -284,11 +345,198 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_moments_kernel(const Kern
   }
 }
 
-template <typename T, int CB>
+// ---------------------------------------------------------------------------------------
+// The tensor-core kernel (float32).
+
+// x = high + low with high = x's TF32 part (its low 13 mantissa bits cleared: one logic op;
+// exact) and low = x - high (exact in float: at most 13 significant bits). The tensor cores
+// read low's top 11 significand bits, dropping at most 2^-13 of low, 2^-23 of x: the split
+// carries x to float32 precision (cvt.rna.tf32 would cost several instructions per element).
+__device__ __forceinline__ void split_tf32(float x, uint32_t& high, uint32_t& low) {
+  high = __float_as_uint(x) & 0xffffe000u;
+  low = __float_as_uint(x - __uint_as_float(high));
+}
+
+// d += a * b, one m16n8k8 TF32 tensor-core product (a: 16x8 row-major fragment, b: 8x8
+// column-major fragment, d: 16x8 float32).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();  // the host plans the tensor-core kernel on compute capability 8.0+ only
+#endif
+}
+
+// Fragment layouts of mma.m16n8k8 (PTX ISA), lane = 4 * group + quad:
+//   A (16 x 8): a0 (row group, col quad), a1 (group + 8, quad), a2 (group, quad + 4),
+//               a3 (group + 8, quad + 4);
+//   B (8 x 8):  b0 (k quad, n group), b1 (k quad + 4, n group);
+//   D (16 x 8): d0 (row group, col 2 quad), d1 (group, 2 quad + 1), d2 (group + 8, 2 quad),
+//               d3 (group + 8, 2 quad + 1).
+// Rows are box positions, A's columns and B's rows taps, B's and D's columns channels.
+template <int NT>
+__global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const KernelArgs a) {
+  constexpr int CB = 8 * NT;
+  constexpr int MT = kMmaTilesPerWarp;
+  const conv::Conv3dShape& s = a.p.conv;
+  const conv::OnePassPlan& plan = a.plan;
+  extern __shared__ __align__(16) unsigned char smem[];
+  // [k_pad / 8][NT][32 lanes]: (b0 high, b1 high, b0 low, b1 low) as TF32 bits.
+  uint4* b_s = reinterpret_cast<uint4*>(smem);
+  int* koff_s = reinterpret_cast<int*>(smem + plan.koff_offset);            // [k_pad]
+  float* x_s = reinterpret_cast<float*>(smem + plan.footprint_offset);      // footprint
+  double* scratch = reinterpret_cast<double*>(smem + plan.scratch_offset);  // [warps][CB]
+  double* totals = scratch + kWarpsPerBlock * CB;                           // [CB]
+  double* tile_mean = totals + CB;                                          // [CB]
+
+  const int K = static_cast<int>(plan.K);
+  const int k_steps = static_cast<int>(plan.k_pad / 8);
+  for (int k = threadIdx.x; k < plan.k_pad; k += kThreads) {
+    koff_s[k] = tap_offset(k, plan, s);
+  }
+  const float* weight = static_cast<const float*>(a.p.weight);
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int group = lane >> 2;
+  const int quad = lane & 3;
+  // This thread's A rows: (group, group + 8) of each of the warp's m16 tiles.
+  BoxPosition row[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row[mt][h] = box_position((warp * MT + mt) * 16 + group + 8 * h, plan, s);
+    }
+  }
+  int64_t loaded_chunk = -1;  // whose weights b_s holds
+
+  for (int64_t tile = blockIdx.x; tile < plan.tiles; tile += gridDim.x) {
+    const Tile t = tile_at(tile, plan, s, CB);
+    __syncthreads();  // the previous tile is done with shared memory
+    if (t.chunk != loaded_chunk) {
+      for (int i = threadIdx.x; i < k_steps * NT * kWarpSize; i += kThreads) {
+        const int l = i % kWarpSize;
+        const int nt = (i / kWarpSize) % NT;
+        const int ks = i / (kWarpSize * NT);
+        const int64_t c = t.c0 + nt * 8 + (l >> 2);
+        const int k0 = ks * 8 + (l & 3);
+        const int k1 = k0 + 4;
+        const float w0 = c < t.c_end && k0 < K ? weight[c * K + k0] : 0.0f;
+        const float w1 = c < t.c_end && k1 < K ? weight[c * K + k1] : 0.0f;
+        uint4 f;
+        split_tf32(w0, f.x, f.z);
+        split_tf32(w1, f.y, f.w);
+        b_s[i] = f;
+      }
+      loaded_chunk = t.chunk;
+    }
+    load_footprint(static_cast<const float*>(a.p.x), x_s, t, plan, s);
+    __syncthreads();
+
+    unsigned valid = 0;  // bit 2 * mt + h: row h of tile mt is an output position
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        valid |= inside(row[mt][h].packed, t) ? 1u << (2 * mt + h) : 0u;
+      }
+    }
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          acc[mt][nt][e] = 0.0f;
+        }
+      }
+    }
+#pragma unroll 1
+    for (int ks = 0; ks < k_steps; ++ks) {
+      const int off0 = koff_s[ks * 8 + quad];
+      const int off1 = koff_s[ks * 8 + quad + 4];
+      uint4 b[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        b[nt] = b_s[(ks * NT + nt) * kWarpSize + lane];
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        uint32_t a_high[4], a_low[4];
+        split_tf32(x_s[row[mt][0].offset + off0], a_high[0], a_low[0]);
+        split_tf32(x_s[row[mt][1].offset + off0], a_high[1], a_low[1]);
+        split_tf32(x_s[row[mt][0].offset + off1], a_high[2], a_low[2]);
+        split_tf32(x_s[row[mt][1].offset + off1], a_high[3], a_low[3]);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          // The small terms first.
+          mma_tf32(acc[mt][nt], a_low, b[nt].x, b[nt].y);
+          mma_tf32(acc[mt][nt], a_high, b[nt].z, b[nt].w);
+          mma_tf32(acc[mt][nt], a_high, b[nt].x, b[nt].y);
+        }
+      }
+    }
+
+    // Per-channel moments of the box's valid positions: sums, then squared deviations. This
+    // thread holds channels nt * 8 + 2 * quad + e of rows (group, group + 8) of each tile; the
+    // lanes of one quad value hold the same channels: butterflies over lane bits 2-4.
+    const double count = static_cast<double>(t.nd) * t.nh * t.nw;
+    for (int pass = 0; pass < 2; ++pass) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = nt * 8 + 2 * quad + e;
+          const float mean = pass == 0 ? 0.0f : static_cast<float>(tile_mean[c]);
+          float v = 0.0f;
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const float y = acc[mt][nt][2 * h + e];
+              const float d = y - mean;
+              v += (valid >> (2 * mt + h)) & 1u ? (pass == 0 ? y : d * d) : 0.0f;
+            }
+          }
+          double total = static_cast<double>(v);
+          for (int offset = 4; offset < kWarpSize; offset <<= 1) {
+            total += __shfl_xor_sync(0xffffffffu, total, offset);
+          }
+          if (group == 0) {
+            scratch[warp * CB + c] = total;
+          }
+        }
+      }
+      __syncthreads();
+      sum_warps(scratch, totals, CB);
+      __syncthreads();
+      if (pass == 0 && threadIdx.x < CB) {
+        tile_mean[threadIdx.x] = totals[threadIdx.x] / count;
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x < CB) {
+      a.partials[tile * CB + threadIdx.x] =
+          make_double2(tile_mean[threadIdx.x], totals[threadIdx.x]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Finalize: per sample, the tiles' moments into the statistics and out[n].
+
+template <typename T>
 __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const KernelArgs a) {
   using stat_t = typename ScalarOps<T>::acc_t;
   const conv::Conv3dShape& s = a.p.conv;
   const conv::OnePassPlan& plan = a.plan;
+  const int64_t cb = plan.cb;
   extern __shared__ __align__(16) unsigned char smem[];
   auto* channel_moments = reinterpret_cast<norm::Moments*>(smem);         // [C_out]
   double* reduce = reinterpret_cast<double*>(channel_moments + s.C_out);  // [kThreads]
@@ -299,12 +547,12 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
 
   for (int64_t c = threadIdx.x; c < s.C_out; c += kThreads) {
     const int64_t g = c / plan.c_out_g;
-    const int64_t chunk = (c % plan.c_out_g) / CB;
-    const int64_t local = (c % plan.c_out_g) % CB;
+    const int64_t chunk = (c % plan.c_out_g) / cb;
+    const int64_t local = (c % plan.c_out_g) % cb;
     const int64_t first_tile = ((g * plan.chunks + chunk) * s.N + n) * plan.boxes;
     norm::CountedMoments m{0.0, 0.0, 0.0};
     for (int64_t box = 0; box < plan.boxes; ++box) {
-      const double2 t = a.partials[(first_tile + box) * CB + local];
+      const double2 t = a.partials[(first_tile + box) * cb + local];
       m = norm::combine_parts(
           m, norm::CountedMoments{static_cast<double>(box_count(plan, s, box)), t.x, t.y});
     }
@@ -344,58 +592,73 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
   }
 }
 
-// The current device's opt-in shared memory per block (cached per device).
-size_t device_shared_memory_limit() {
+// ---------------------------------------------------------------------------------------
+// Host side.
+
+struct DeviceLimits {
+  size_t shared_memory = 0;   // opt-in shared memory per block
+  bool tensor_cores = false;  // compute capability 8.0+ (mma.sync TF32)
+};
+
+// The current device's limits (cached per device).
+DeviceLimits device_limits() {
   static std::mutex mutex;
-  static std::vector<size_t> limits;
+  static std::vector<DeviceLimits> cache;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
-    return 0;
+    return {};
   }
   std::lock_guard<std::mutex> lock(mutex);
-  if (static_cast<size_t>(device) >= limits.size()) {
-    limits.resize(device + 1, 0);
+  if (static_cast<size_t>(device) >= cache.size()) {
+    cache.resize(device + 1);
   }
-  if (limits[device] == 0) {
-    int bytes = 0;
+  DeviceLimits& limits = cache[device];
+  if (limits.shared_memory == 0) {
+    int bytes = 0, major = 0;
     if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-        cudaSuccess) {
-      return 0;
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      return {};
     }
-    limits[device] = static_cast<size_t>(bytes);
+    limits.shared_memory = static_cast<size_t>(bytes);
+    limits.tensor_cores = major >= 8;
   }
-  return limits[device];
+  return limits;
 }
 
 conv::OnePassPlan plan_for(const conv::Conv3dGroupNormMeanParams& p) {
-  return conv::plan_conv3d_group_norm_mean_onepass(p.conv, p.dtype, device_shared_memory_limit());
+  const DeviceLimits limits = device_limits();
+  return conv::plan_conv3d_group_norm_mean_onepass(p.conv, p.dtype, limits.shared_memory,
+                                                   limits.tensor_cores);
 }
 
-template <typename T, int CB>
-cudaError_t launch_with_cb(const KernelArgs& args, cudaStream_t stream) {
-  const auto moments = onepass_moments_kernel<T, CB>;
-  FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(moments,
-                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      static_cast<int>(args.plan.smem_bytes)));
+// Launches `moments` on a persistent grid (the blocks that fit on the device at once), then
+// the finalize kernel.
+template <typename T, typename Kernel>
+cudaError_t launch_kernels(Kernel moments, const KernelArgs& args, cudaStream_t stream) {
+  const size_t smem = args.plan.smem_bytes;
+  FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(
+      moments, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   int device = 0, sms = 0, per_sm = 0;
   FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
   FUSED_OPS_RETURN_IF_CUDA_ERROR(
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, moments, kThreads, args.plan.smem_bytes));
+  FUSED_OPS_RETURN_IF_CUDA_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moments, kThreads, smem));
   const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  const int64_t blocks = args.plan.tiles < resident ? args.plan.tiles : resident;
-  moments<<<static_cast<unsigned>(blocks), kThreads, args.plan.smem_bytes, stream>>>(args);
+  moments<<<static_cast<unsigned>(min64(args.plan.tiles, resident)), kThreads, smem, stream>>>(
+      args);
   FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
   const size_t finalize_smem =
       static_cast<size_t>(args.p.conv.C_out) * sizeof(norm::Moments) + kThreads * sizeof(double);
-  const auto finalize = onepass_finalize_kernel<T, CB>;
-  FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(
-      finalize, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(finalize_smem)));
+  FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(onepass_finalize_kernel<T>,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      static_cast<int>(finalize_smem)));
   if (!grid_fits(args.p.conv.N)) {
     return cudaErrorInvalidConfiguration;
   }
-  finalize<<<static_cast<unsigned>(args.p.conv.N), kThreads, finalize_smem, stream>>>(args);
+  onepass_finalize_kernel<T>
+      <<<static_cast<unsigned>(args.p.conv.N), kThreads, finalize_smem, stream>>>(args);
   return cudaGetLastError();
 }
 
@@ -406,27 +669,37 @@ struct OnePassFamily {
   }
   static cudaError_t launch(const conv::Conv3dGroupNormMeanParams& p, void* workspace,
                             cudaStream_t stream) {
-    using acc_t = typename ScalarOps<T>::acc_t;
-    KernelArgs args;
-    args.p = p;
-    args.plan = plan_for(p);
+    const KernelArgs args{p, plan_for(p), static_cast<double2*>(workspace)};
     if (!args.plan.supported) {
       return cudaErrorInvalidValue;
     }
-    args.partials = static_cast<double2*>(workspace);
-    const auto round16 = [](size_t b) { return (b + 15) / 16 * 16; };
-    args.koff_offset = round16(args.plan.K * args.plan.cb * sizeof(acc_t));
-    args.footprint_offset = args.koff_offset + round16(args.plan.K * sizeof(int));
-    args.scratch_offset =
-        args.footprint_offset +
-        round16(args.plan.c_in_g * args.plan.FD * args.plan.FH * args.plan.FW * sizeof(acc_t));
+    if constexpr (std::is_same_v<T, float>) {
+      if (args.plan.tensor_cores) {
+        switch (args.plan.cb) {
+          case 8:
+            return launch_kernels<T>(onepass_tensor_core_kernel<1>, args, stream);
+          case 16:
+            return launch_kernels<T>(onepass_tensor_core_kernel<2>, args, stream);
+          case 24:
+            return launch_kernels<T>(onepass_tensor_core_kernel<3>, args, stream);
+          default:
+            return cudaErrorInvalidValue;
+        }
+      }
+    }
     switch (args.plan.cb) {
       case 8:
-        return launch_with_cb<T, 8>(args, stream);
+        return launch_kernels<T>(onepass_direct_kernel<T, 8>, args, stream);
       case 16:
-        return launch_with_cb<T, 16>(args, stream);
+        if constexpr (!std::is_same_v<T, double>) {
+          return launch_kernels<T>(onepass_direct_kernel<T, 16>, args, stream);
+        }
+        return cudaErrorInvalidValue;
       case 24:
-        return launch_with_cb<T, 24>(args, stream);
+        if constexpr (!std::is_same_v<T, double>) {
+          return launch_kernels<T>(onepass_direct_kernel<T, 24>, args, stream);
+        }
+        return cudaErrorInvalidValue;
       default:
         return cudaErrorInvalidValue;
     }

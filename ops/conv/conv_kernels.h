@@ -51,27 +51,38 @@ struct Conv3dGroupNormMeanParams {
 // build), so that the host functions can ask whether a problem is in the family.
 struct OnePassPlan {
   bool supported = false;
+  bool tensor_cores = false;  // float32 on split-TF32 tensor cores, else the direct kernel
   int64_t c_in_g = 0, c_out_g = 0;
   int64_t K = 0;                   // reduction length: c_in_g * kD * kH * kW
-  int64_t cb = 0;                  // output channels per block: a multiple of 8, at most 32
+  int64_t k_pad = 0;               // K rounded up to the tensor-core step (8), or K
+  int64_t cb = 0;                  // output channels per block: 8, 16 or 24
   int64_t chunks = 0;              // channel chunks per conv group
-  int64_t TD = 0, TH = 0, TW = 0;  // output box
+  int64_t capacity = 0;            // output positions a block computes per tile
+  int64_t TD = 0, TH = 0, TW = 0;  // output box (TD * TH * TW <= capacity)
   int64_t FD = 0, FH = 0, FW = 0;  // its input footprint
+  int64_t footprint = 0;           // c_in_g * FD * FH * FW elements
   int64_t boxes_d = 0, boxes_h = 0, boxes_w = 0, boxes = 0;  // boxes per sample
   int64_t tiles = 0;  // blocks' work items: N * groups * chunks * boxes
-  size_t smem_bytes = 0;
+  // Shared memory, in bytes: the weights at 0, then the taps' offsets, the footprint, and the
+  // reduction scratch.
+  size_t koff_offset = 0, footprint_offset = 0, scratch_offset = 0, smem_bytes = 0;
   size_t workspace_bytes = 0;
 };
 
 // The largest reduction length (C_in / groups * kD * kH * kW) of the one-pass family.
 constexpr int64_t kOnePassMaxReduction = 512;
-// Output positions per block (128 position threads, 8 positions each).
-constexpr int64_t kOnePassBoxCapacity = 1024;
+// Output positions per block and tile: the direct kernel's (128 position threads, 8
+// positions each) and the tensor-core kernel's (8 warps, 4 m16 tiles each).
+constexpr int64_t kOnePassDirectCapacity = 1024;
+constexpr int64_t kOnePassTensorCoreCapacity = 512;
+// Doubles of reduction scratch per channel of a block (per-warp partials, total, tile mean).
+constexpr int64_t kOnePassScratchPerChannel = 10;
 
 // The plan for `s` in `dtype`, with at most `smem_limit` bytes of shared memory per block;
-// plan.supported says whether the problem is in the family.
+// float32 takes the tensor-core kernel where `tensor_cores_available` (compute capability
+// 8.0 or newer). plan.supported says whether the problem is in the family.
 OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind dtype,
-                                                size_t smem_limit);
+                                                size_t smem_limit, bool tensor_cores_available);
 
 // The one-pass CUDA kernels (defined only in builds with CUDA): `supported` says whether a
 // problem is in the family on the current device (its plan fits the device's shared
