@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for `import fused_ops`
 
 import fused_ops  # noqa: E402  (loads libfused_ops.so)
-from fused_ops import reference  # noqa: E402
+from fused_ops import reference, testing  # noqa: E402
 
 # TorchScript is deprecated from PyTorch 2.14 on, but is what a libtorch program loads.
 warnings.filterwarnings("ignore", message=r".*torch\.jit.*deprecated", category=FutureWarning)
@@ -61,20 +61,6 @@ SMALL = {
 }
 
 
-def randomise_(model: torch.nn.Module, generator: torch.Generator) -> torch.nn.Module:
-    """Random GroupNorm affine and conv bias (and a perturbed conv weight)."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=generator, dtype=p.dtype)
-            if name == "group_norm.weight":
-                p.copy_(1.0 + 0.5 * noise)
-            elif name.endswith("bias"):
-                p.copy_(0.5 * noise)
-            else:
-                p.mul_(1.0 + 0.1 * noise)
-    return model
-
-
 def export(name: str, path: str, headline: bool, device: str, seed: int, tolerance: float) -> float:
     spec = reference.WORKLOADS[name] if headline else SMALL[name]
     init, input_shape = spec["init"], tuple(spec["input_shape"])
@@ -82,8 +68,8 @@ def export(name: str, path: str, headline: bool, device: str, seed: int, toleran
     Fused = getattr(fused_ops, Original.__name__)
 
     torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
-    original = randomise_(Original(**init), generator).to(device)
+    original = testing.randomise_(Original(**init), seed=seed).to(device)
+    generator = torch.Generator().manual_seed(seed + 1)
     fused = Fused(**init).to(device)
     fused.load_state_dict(original.state_dict())
     original.eval()

@@ -208,17 +208,24 @@ __device__ __forceinline__ void load_footprint(const T* __restrict__ x, acc_t* x
   }
 }
 
-// The tile's per-channel (mean, M2) from per-warp channel sums: `scratch` holds each warp's
-// sums ([warp][cb], zero where a warp holds no such channel); combine them in warp order into
-// `totals` (threads < cb). Call between two __syncthreads.
-__device__ __forceinline__ void sum_warps(const double* scratch, double* totals, int cb) {
+// Ends one of the two epilogue passes (sums, then squared deviations from the tile means),
+// once each warp has written its channel sums to `scratch` ([warp][cb], zero where a warp
+// holds no such channel): combines them in warp order into `totals`, and after the first
+// pass the tile means. Every thread must call it.
+__device__ __forceinline__ void finish_pass(int pass, const double* scratch, double* totals,
+                                            double* tile_mean, int cb, double count) {
+  __syncthreads();
   if (threadIdx.x < cb) {
     double t = 0.0;
     for (int w = 0; w < kWarpsPerBlock; ++w) {
       t += scratch[w * cb + threadIdx.x];
     }
     totals[threadIdx.x] = t;
+    if (pass == 0) {
+      tile_mean[threadIdx.x] = t / count;
+    }
   }
+  __syncthreads();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -330,13 +337,7 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_direct_kernel(const Kerne
           scratch[warp * CB + (1 - channel_group) * CT + c] = 0.0;
         }
       }
-      __syncthreads();
-      sum_warps(scratch, totals, CB);
-      __syncthreads();
-      if (pass == 0 && threadIdx.x < CB) {
-        tile_mean[threadIdx.x] = totals[threadIdx.x] / count;
-      }
-      __syncthreads();
+      finish_pass(pass, scratch, totals, tile_mean, CB, count);
     }
     if (threadIdx.x < CB) {
       a.partials[tile * CB + threadIdx.x] =
@@ -513,13 +514,7 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
           }
         }
       }
-      __syncthreads();
-      sum_warps(scratch, totals, CB);
-      __syncthreads();
-      if (pass == 0 && threadIdx.x < CB) {
-        tile_mean[threadIdx.x] = totals[threadIdx.x] / count;
-      }
-      __syncthreads();
+      finish_pass(pass, scratch, totals, tile_mean, CB, count);
     }
     if (threadIdx.x < CB) {
       a.partials[tile * CB + threadIdx.x] =

@@ -7,6 +7,7 @@
 #include "common/checks.h"
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 
 #include <array>
 #include <string>
@@ -55,6 +56,30 @@ at::Tensor empty_conv_output(const at::Tensor& input, c10::SymIntArrayRef shape)
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(
     const at::Tensor& grad_conv_output, const at::Tensor& input, const at::Tensor& weight,
     bool has_bias, const Conv3dParams& params, std::array<bool, 3> output_mask);
+
+// The backward of a fused conv operator: checks the saved conv output against the arguments,
+// gets (grad_conv_output, grad_gn_weight, grad_gn_bias) from norm_backward(mask) (the
+// GroupNorm part's backward, asked for the first when any convolution gradient is), and adds
+// the convolution's gradients: (grad_input, grad_weight, grad_conv_bias, grad_gn_weight,
+// grad_gn_bias), each undefined where output_mask is false.
+template <typename NormBackward>
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_group_norm_backward(
+    const char* op, const at::Tensor& input, const at::Tensor& weight,
+    const at::Tensor& conv_output, bool has_conv_bias, const Conv3dParams& params,
+    std::array<bool, 5> output_mask, const NormBackward& norm_backward) {
+  const auto conv_shape = check_conv3d_args(op, input, weight, c10::nullopt, params);
+  TORCH_CHECK(conv_output.sym_sizes() == c10::SymIntArrayRef(conv_shape), op,
+              ": expected conv_output of shape ", c10::SymIntArrayRef(conv_shape), ", got ",
+              conv_output.sym_sizes());
+  check_same_device_and_dtype(op, "conv_output", conv_output, "input", input);
+  const bool need_conv_grad = output_mask[0] || output_mask[1] || output_mask[2];
+  auto [grad_conv_output, grad_gn_weight, grad_gn_bias] =
+      norm_backward(std::array<bool, 3>{need_conv_grad, output_mask[3], output_mask[4]});
+  auto [grad_input, grad_weight, grad_conv_bias] =
+      conv3d_backward(grad_conv_output, input, weight, has_conv_bias, params,
+                      {output_mask[0], output_mask[1], output_mask[2]});
+  return {grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias};
+}
 
 }  // namespace conv
 }  // namespace fused_ops

@@ -41,19 +41,12 @@ conv_transpose3d_relu_group_norm_backward(const at::Tensor& grad_output, const a
                                           bool has_conv_bias, std::array<bool, 5> output_mask) {
   const Conv3dParams params = make_conv3d_params(kBackwardName, stride, padding, output_padding,
                                                  dilation, groups, /*transposed=*/true);
-  const auto conv_shape = check_conv3d_args(kBackwardName, input, weight, c10::nullopt, params);
-  TORCH_CHECK(conv_output.sym_sizes() == c10::SymIntArrayRef(conv_shape), kBackwardName,
-              ": expected conv_output of shape ", c10::SymIntArrayRef(conv_shape), ", got ",
-              conv_output.sym_sizes());
-  check_same_device_and_dtype(kBackwardName, "conv_output", conv_output, "input", input);
-  const bool need_conv_grad = output_mask[0] || output_mask[1] || output_mask[2];
-  auto [grad_conv_output, grad_gn_weight, grad_gn_bias] =
-      norm::relu_group_norm_backward(grad_output, conv_output, mean, rstd, num_groups, gn_weight,
-                                     {need_conv_grad, output_mask[3], output_mask[4]});
-  auto [grad_input, grad_weight, grad_conv_bias] =
-      conv3d_backward(grad_conv_output, input, weight, has_conv_bias, params,
-                      {output_mask[0], output_mask[1], output_mask[2]});
-  return {grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias};
+  return conv_group_norm_backward(kBackwardName, input, weight, conv_output, has_conv_bias, params,
+                                  output_mask, [&](std::array<bool, 3> mask) {
+                                    return norm::relu_group_norm_backward(grad_output, conv_output,
+                                                                          mean, rstd, num_groups,
+                                                                          gn_weight, mask);
+                                  });
 }
 
 std::string conv_transpose3d_relu_group_norm_path(

@@ -3,6 +3,7 @@
 #include "common/checks.h"
 #include "common/run_kernel.h"
 #include "common/tensor_utils.h"
+#include "norm/norm_host.h"
 #include "norm/norm_kernels.h"
 
 #include <cstdint>
@@ -82,30 +83,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_mean_backward(
       check_group_norm_args(kBackwardName, input, num_groups, weight, c10::nullopt, 0.0);
   check_group_norm_backward_args(kBackwardName, grad_output, {s.N}, input, s, mean, rstd,
                                  &channel_mean);
-  const at::Tensor w = contiguous_or_undefined(weight);
-  auto [dx, dweight, dbias] = allocate_norm_grads(input, s.C, w.defined(), output_mask);
-  if (input.is_meta() || input.numel() == 0 ||
-      !(dx.defined() || dweight.defined() || dbias.defined())) {
-    return {dx, dweight, dbias};
+  const NormBackwardTensors t =
+      prepare_norm_backward(grad_output, input, mean, rstd, weight, s, output_mask);
+  if (t.run_kernel) {
+    const at::Tensor channel_mean_c = channel_mean.contiguous();
+    const GroupNormMeanBackwardParams params{scalar_kind(t.input.scalar_type()),
+                                             concrete(s),
+                                             t.grad_output.const_data_ptr(),
+                                             t.input.const_data_ptr(),
+                                             t.mean.const_data_ptr(),
+                                             t.rstd.const_data_ptr(),
+                                             channel_mean_c.const_data_ptr(),
+                                             data_or_null(t.weight),
+                                             mutable_data_or_null(t.grad_input),
+                                             mutable_data_or_null(t.grad_weight),
+                                             mutable_data_or_null(t.grad_bias)};
+    run_kernel(kBackwardName, t.input, params, kBackwardKernels);
   }
-  const at::Tensor x = input.contiguous();
-  const at::Tensor g = grad_output.contiguous();
-  const at::Tensor mean_c = mean.contiguous();
-  const at::Tensor rstd_c = rstd.contiguous();
-  const at::Tensor channel_mean_c = channel_mean.contiguous();
-  const GroupNormMeanBackwardParams params{scalar_kind(x.scalar_type()),
-                                           concrete(s),
-                                           g.const_data_ptr(),
-                                           x.const_data_ptr(),
-                                           mean_c.const_data_ptr(),
-                                           rstd_c.const_data_ptr(),
-                                           channel_mean_c.const_data_ptr(),
-                                           data_or_null(w),
-                                           mutable_data_or_null(dx),
-                                           mutable_data_or_null(dweight),
-                                           mutable_data_or_null(dbias)};
-  run_kernel(kBackwardName, x, params, kBackwardKernels);
-  return {dx, dweight, dbias};
+  return t.grads();
 }
 
 const char* group_norm_mean_kernel_name(const at::Tensor& input, c10::Device device) {
