@@ -366,6 +366,18 @@ def _t(v):
     return [v] * 3 if isinstance(v, int) else list(v)
 
 
+def _conv_parameters(out_channels, conv_bias, gn_affine, dtype, device, requires_grad):
+    """Random conv bias, GroupNorm weight and bias (or None where absent)."""
+
+    def param(**kw):
+        return rand_param((out_channels,), dtype, device, requires_grad, **kw)
+
+    cb = param(std=0.3) if conv_bias else None
+    gw = param(mean=1.0, std=0.5) if gn_affine else None
+    gb = param(std=0.5) if gn_affine else None
+    return cb, gw, gb
+
+
 def conv_transpose_args(
     input_shape,
     out_channels,
@@ -385,32 +397,14 @@ def conv_transpose_args(
     requires_grad=True,
 ):
     """Arguments of conv_transpose3d_relu_group_norm (random input, weights, biases)."""
-    N, C_in = input_shape[:2]
+    c_in = input_shape[1]
     k = _t(kernel_size)
     x = rand_param(input_shape, dtype, device, requires_grad)
-    fan = C_in * k[0] * k[1] * k[2] // groups
-    w = rand_param((C_in, out_channels // groups, *k), dtype, device, requires_grad, std=fan**-0.5)
-    cb = rand_param((out_channels,), dtype, device, requires_grad, std=0.3) if conv_bias else None
-    gw = (
-        rand_param((out_channels,), dtype, device, requires_grad, mean=1.0, std=0.5)
-        if gn_affine
-        else None
-    )
-    gb = rand_param((out_channels,), dtype, device, requires_grad, std=0.5) if gn_affine else None
-    return [
-        x,
-        w,
-        cb,
-        _t(stride),
-        _t(padding),
-        _t(output_padding),
-        groups,
-        _t(dilation),
-        num_groups,
-        gw,
-        gb,
-        eps,
-    ]
+    fan = c_in * k[0] * k[1] * k[2] // groups
+    w = rand_param((c_in, out_channels // groups, *k), dtype, device, requires_grad, std=fan**-0.5)
+    cb, gw, gb = _conv_parameters(out_channels, conv_bias, gn_affine, dtype, device, requires_grad)
+    return [x, w, cb, _t(stride), _t(padding), _t(output_padding), groups, _t(dilation),
+            num_groups, gw, gb, eps]  # fmt: skip
 
 
 def conv3d_args(
@@ -431,18 +425,12 @@ def conv3d_args(
     requires_grad=True,
 ):
     """Arguments of conv3d_group_norm_mean (random input, weights, biases)."""
-    N, C_in = input_shape[:2]
+    c_in = input_shape[1]
     k = _t(kernel_size)
     x = rand_param(input_shape, dtype, device, requires_grad)
-    fan = C_in // groups * k[0] * k[1] * k[2]
-    w = rand_param((out_channels, C_in // groups, *k), dtype, device, requires_grad, std=fan**-0.5)
-    cb = rand_param((out_channels,), dtype, device, requires_grad, std=0.3) if conv_bias else None
-    gw = (
-        rand_param((out_channels,), dtype, device, requires_grad, mean=1.0, std=0.5)
-        if gn_affine
-        else None
-    )
-    gb = rand_param((out_channels,), dtype, device, requires_grad, std=0.5) if gn_affine else None
+    fan = c_in // groups * k[0] * k[1] * k[2]
+    w = rand_param((out_channels, c_in // groups, *k), dtype, device, requires_grad, std=fan**-0.5)
+    cb, gw, gb = _conv_parameters(out_channels, conv_bias, gn_affine, dtype, device, requires_grad)
     return [x, w, cb, _t(stride), _t(padding), _t(dilation), groups, num_groups, gw, gb, eps]
 
 
