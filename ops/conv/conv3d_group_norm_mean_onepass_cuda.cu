@@ -10,7 +10,8 @@
 //    a fixed assignment; a tile is (sample n, conv group g, chunk of `cb` output channels, box
 //    of TD x TH x TW output positions) (conv_kernels.h: OnePassPlan). Per tile, the block
 //      * loads the box's input footprint (C_in/groups x FD x FH x FW, zero outside the input:
-//        the padding) into shared memory, rows along W so that warps read coalesced;
+//        the padding) into shared memory, rows along W so that warps read coalesced (float32:
+//        by asynchronous copies, every load of a warp in flight at once);
 //      * computes the convolution of the box in registers, an implicit GEMM of the box's
 //        positions (M) by the chunk's channels (N) over the K = C_in/groups * kD * kH * kW
 //        taps, each operand element read from the footprint at its tap's precomputed offset:
@@ -167,12 +168,13 @@ __device__ __forceinline__ bool inside(unsigned packed, const Tile& t) {
          static_cast<int>(packed & 0x3ffu) < t.nw;
 }
 
-// The tile's input footprint into x_s, one (ci, fd, fh) row per warp at a time (the row
-// indices advance by carries, not divisions).
-template <typename T, typename acc_t>
-__device__ __forceinline__ void load_footprint(const T* __restrict__ x, acc_t* x_s, const Tile& t,
+// Walks the tile's input footprint, one (ci, fd, fh) row per warp at a time (the row indices
+// advance by carries, not divisions): put(i, src, inside) for footprint element i, whose
+// input is *src where `inside` (else zero: the padding; src is then the sample's start).
+template <typename T, typename Put>
+__device__ __forceinline__ void walk_footprint(const T* __restrict__ x, const Tile& t,
                                                const conv::OnePassPlan& plan,
-                                               const conv::Conv3dShape& s) {
+                                               const conv::Conv3dShape& s, const Put& put) {
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   const int FD = static_cast<int>(plan.FD), FH = static_cast<int>(plan.FH),
@@ -195,7 +197,8 @@ __device__ __forceinline__ void load_footprint(const T* __restrict__ x, acc_t* x
         sample + (static_cast<int64_t>(ci) * D + id) * H * W + static_cast<int64_t>(ih) * W;
     for (int fw = lane; fw < FW; fw += kWarpSize) {
       const int iw = iw0 + fw;
-      x_s[r * FW + fw] = row_inside && iw >= 0 && iw < W ? ScalarOps<T>::to_acc(src[iw]) : acc_t(0);
+      const bool inside = row_inside && iw >= 0 && iw < W;
+      put(r * FW + fw, inside ? src + iw : sample, inside);
     }
     fh += kWarpsPerBlock;
     while (fh >= FH) {
@@ -206,6 +209,39 @@ __device__ __forceinline__ void load_footprint(const T* __restrict__ x, acc_t* x
       }
     }
   }
+}
+
+// The footprint into x_s through registers (converted to the accumulation type).
+template <typename T, typename acc_t>
+__device__ __forceinline__ void load_footprint(const T* __restrict__ x, acc_t* x_s, const Tile& t,
+                                               const conv::OnePassPlan& plan,
+                                               const conv::Conv3dShape& s) {
+  walk_footprint(x, t, plan, s, [&](int i, const T* src, bool inside) {
+    x_s[i] = inside ? ScalarOps<T>::to_acc(*src) : acc_t(0);
+  });
+}
+
+// A float footprint into x_s by asynchronous copies (cp.async, zero-filled outside the input):
+// every load of the warp is in flight at once, none waits in a register for its store. The
+// caller waits (cp_async_wait_all) before the barrier that publishes x_s.
+__device__ __forceinline__ void load_footprint_async(const float* __restrict__ x, float* x_s,
+                                                     const Tile& t, const conv::OnePassPlan& plan,
+                                                     const conv::Conv3dShape& s) {
+  walk_footprint(x, t, plan, s, [&](int i, const float* src, bool inside) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(x_s + i));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(inside ? 4 : 0));
+#else
+    x_s[i] = inside ? *src : 0.0f;
+#endif
+  });
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
 }
 
 // Ends one of the two epilogue passes (sums, then squared deviations from the tile means),
@@ -436,7 +472,8 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
       }
       loaded_chunk = t.chunk;
     }
-    load_footprint(static_cast<const float*>(a.p.x), x_s, t, plan, s);
+    load_footprint_async(static_cast<const float*>(a.p.x), x_s, t, plan, s);
+    cp_async_wait_all();
     __syncthreads();
 
     unsigned valid = 0;  // bit 2 * mt + h: row h of tile mt is an output position
