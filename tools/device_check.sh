@@ -4,6 +4,8 @@
 #   tests      CTest (Catch2, CUDA sections included) and pytest (CUDA tests included)
 #   sanitizer  compute-sanitizer memcheck and racecheck on the Catch2 CUDA test cases
 #   bench      benchmarks/bench.py (eager vs torch.compile vs fused-ops, with the ceilings)
+#   numerics   benchmarks/numerics.py: the drop-ins' errors vs eager's against float64, both
+#              TF32 modes, headline and small sizes, gradients too
 # Logs go to $OUT (or ./device-out). Exit status: non-zero if any step failed.
 #   tools/device_check.sh build tests sanitizer
 set -uo pipefail
@@ -20,7 +22,7 @@ if [ -z "${FUSED_OPS_KEEP_CXX:-}" ] && [ -x /usr/bin/g++ ]; then
   export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
 fi
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(build tests sanitizer bench)
+[ ${#steps[@]} -gt 0 ] || steps=(build tests sanitizer bench numerics)
 failed=()
 t0=$(date +%s)
 note() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
@@ -72,6 +74,13 @@ for step in "${steps[@]}"; do
       FUSED_OPS_LIBRARY="$PWD/$build_dir/libfused_ops.so" \
         python3 benchmarks/bench.py --out "$out/bench" ${BENCH_ARGS:-} > "$out/bench.log" 2>&1 || failed+=(bench)
       tail -n 60 "$out/bench.log"
+      ;;
+    numerics)
+      note "numerics"
+      FUSED_OPS_LIBRARY="$PWD/$build_dir/libfused_ops.so" \
+        python3 benchmarks/numerics.py --device cuda --headline --grad \
+        --json "$out/numerics.json" > "$out/numerics.txt" 2>&1 || failed+=(numerics)
+      tail -n 1 "$out/numerics.txt"
       ;;
     *) echo "unknown step: $step"; exit 2 ;;
   esac
