@@ -4,7 +4,8 @@ For the conv stage on the CPU (ops/conv/conv_stage.cpp): times eager's ConvTrans
 k3) on (2, 32, 16^3) and Conv3d(3->24, k3) on (16, 3, 24, 32, 32), forward and forward+backward,
 with contiguous input and weight vs both in channels_last_3d (which ATen runs with oneDNN); and
 the whole modules, eager's and the fused drop-ins, in both layouts. At each thread count of
-``--threads``; each time is the best of ``--reps`` loops of at least ``--min-ms`` ms.
+``--threads``; each time is the best of ``--reps`` loops of at least ``--min-ms`` ms, the two
+layouts interleaved.
 
 Usage: FUSED_OPS_LIBRARY=build-cpu/libfused_ops.so python3 benchmarks/cpu_conv_layout.py
 """
@@ -35,18 +36,21 @@ CASES = {
 }
 
 
-def best_ms(fn, reps, min_s):
-    fn()
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
+def best_ms(fns, reps, min_s):
+    """Best time (ms) of each function, repetitions interleaved."""
+    for fn in fns:
         fn()
-        iters = max(1, int(min_s / max(time.perf_counter() - t0, 1e-6)))
-        t0 = time.perf_counter()
-        for _ in range(iters):
+    best = [float("inf")] * len(fns)
+    for _ in range(reps):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
             fn()
-        best = min(best, (time.perf_counter() - t0) / iters)
-    return best * 1e3
+            iters = max(1, int(min_s / max(time.perf_counter() - t0, 1e-6)))
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            best[i] = min(best[i], (time.perf_counter() - t0) / iters)
+    return [t * 1e3 for t in best]
 
 
 def runner(module, x, backward):
@@ -103,8 +107,11 @@ def main():
             for what, m, m_cl in modules(name, init, make_conv):
                 for mode in ("forward", "forward+backward"):
                     bw = mode != "forward"
-                    t_c = best_ms(runner(m, x, bw), args.reps, min_s)
-                    t_cl = best_ms(runner(m_cl, x.to(memory_format=CL), bw), args.reps, min_s)
+                    t_c, t_cl = best_ms(
+                        [runner(m, x, bw), runner(m_cl, x.to(memory_format=CL), bw)],
+                        args.reps,
+                        min_s,
+                    )
                     print(
                         f"| {threads} | {what} | {mode} | {t_c:.2f} | {t_cl:.2f} "
                         f"| {t_c / t_cl:.2f}x |",

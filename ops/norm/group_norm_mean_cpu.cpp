@@ -2,14 +2,13 @@
 // work split of norm_cpu_utils.h.
 //
 // Forward: one parallel pass over x gathers the shifted sums of each row (n, c), by chunks
-// (eager's composite makes three passes over x and writes the normalised tensor, which here
-// is never written). The rows' moments give the channel means and the per-(n, g)
-// statistics, and those the output directly (group_norm_mean.h). A channels-last x
-// (p.channels_last: stored (N, HxW, C)) is read in place, by chunks of positions, with the
-// same per-channel sums.
-// Backward: with g[n] the incoming gradient, dy = g[n] / (C * HxW) is constant over sample n,
-// so the GroupNorm gradient sums follow from the saved channel means without touching the
-// input (ds[n,c] = dy * HxW * channel_mean[n,c], db[n,c] = dy * HxW), and
+// (eager's composite makes three passes: statistics and normalisation over x, then the mean
+// over the normalised tensor it writes, which here is never written). The rows' moments give the
+// channel means and the per-(n, g) statistics, and those the output directly (group_norm_mean.h). A
+// channels-last x (p.channels_last: stored (N, HxW, C)) is read in place, by chunks of positions,
+// with the same per-channel sums. Backward: with g[n] the incoming gradient, dy = g[n] / (C * HxW)
+// is constant over sample n, so the GroupNorm gradient sums follow from the saved channel means
+// without touching the input (ds[n,c] = dy * HxW * channel_mean[n,c], db[n,c] = dy * HxW), and
 //   dx[n, c, :] = c2[n, g] * x[n, c, :] + (rstd[n, g] * weight[c] * dy + c3[n, g]),
 // one elementwise pass (group_norm_math.h).
 #include "common/cpu_dispatch.h"
@@ -92,7 +91,8 @@ void forward_kernel(const GroupNormMeanForwardParams& p) {
   }
 
   // Channels-last: sample n is (HxW, C); the chunks of a sample are runs of `positions`
-  // positions (about kChunk elements), the shift of channel c is its value at position 0.
+  // positions (about kChunk elements), each summed for all channels at once (RowOps); the
+  // shift of channel (n, c) is sampled over the sample's positions.
   const int64_t C = s.C;
   const int64_t positions = std::max<int64_t>(1, cpu::kChunk / C);
   const int64_t chunks = (HxW + positions - 1) / positions;

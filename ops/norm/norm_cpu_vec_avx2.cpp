@@ -6,7 +6,9 @@
 // functions this file shares with the rest of the library (c10, the standard library) are
 // compiled for the baseline CPU; only the at::vec code (in its namespace AVX2) and this
 // file's own loops are compiled for AVX2. This file comes last in FUSED_OPS_SOURCES, so
-// that the linker keeps the other files' copy of any inline function they share.
+// that the linker keeps the other files' copy of any inline function they share. (g++ notes
+// once that 32-byte vector arguments pass differently without AVX, about an ATen constructor:
+// every function taking one is inline here, in namespace AVX2, and the RowOps take none.)
 #include "norm/norm_cpu_vec_avx2.h"
 #include "common/cpu_dispatch.h"
 #include "common/host_device.h"
