@@ -77,10 +77,13 @@ void forward_kernel(const GroupNormMeanForwardParams& p) {
     }
     const int64_t chunks = cpu::chunks_per_row(HxW);
     std::vector<Sums> parts(rows * chunks);
-    cpu::parallel_over_chunks(rows, HxW, [&](int64_t first, int64_t count, int64_t b, int64_t len) {
-      ops.shifted_sums(x + first * HxW + b, count, len, &shift[first],
-                       &parts[first * chunks + b / cpu::kChunk]);
-    });
+    cpu::parallel_over_chunks(
+        rows, HxW,
+        [&](int64_t first, int64_t count, int64_t b, int64_t len) {
+          ops.shifted_sums(x + first * HxW + b, count, len, &shift[first],
+                           &parts[first * chunks + b / cpu::kChunk]);
+        },
+        cpu::kMinReadTaskElements);
     for (int64_t r = 0; r < rows; ++r) {
       const Sums t = cpu::add_in_order(&parts[r * chunks], chunks);
       row_moments[r] = moments_from_shifted_sums(static_cast<double>(shift[r]), t.s1, t.s2,
@@ -105,7 +108,7 @@ void forward_kernel(const GroupNormMeanForwardParams& p) {
   // parts[(n * chunks + chunk) * 2 * C + {0, C} + c]: the chunk's s1, s2 of channel c.
   std::vector<double> parts(s.N * chunks * 2 * C, 0.0);
   const int64_t grain =
-      std::max<int64_t>(1, cpu::kMinTaskElements / std::max<int64_t>(positions * C, 1));
+      std::max<int64_t>(1, cpu::kMinReadTaskElements / std::max<int64_t>(positions * C, 1));
   at::parallel_for(0, s.N * chunks, grain, [&](int64_t first, int64_t last) {
     for (int64_t item = first; item < last; ++item) {
       const int64_t n = item / chunks;

@@ -84,8 +84,10 @@ const RowOps<scalar_t>& row_ops();
 // Elements per chunk of a row: the unit of work of the parallel passes and of the
 // statistics' summation order.
 constexpr int64_t kChunk = 16384;
-// The least work (elements) worth a parallel task of its own.
+// The least work (elements) worth a parallel task of its own, for passes that write or read
+// two tensors; a pass that only reads one takes twice as many (kMinReadTaskElements).
 constexpr int64_t kMinTaskElements = 16384;
+constexpr int64_t kMinReadTaskElements = 2 * kMinTaskElements;
 
 inline int64_t chunks_per_row(int64_t row_length) { return (row_length + kChunk - 1) / kChunk; }
 
@@ -136,17 +138,20 @@ void parallel_over_groups(int64_t groups, int64_t group_size, const F& f) {
 
 // Calls f(row, rows, begin, length) in parallel over `rows` rows of `row_length` elements:
 // for rows [row, row + rows) whole (begin = 0, length = row_length) when a row is at most
-// one chunk, else for one chunk [begin, begin + length) of one row (rows = 1).
+// one chunk, else for one chunk [begin, begin + length) of one row (rows = 1). A task does at
+// least min_task_elements elements when there is that much work.
 template <typename F>
-void parallel_over_chunks(int64_t rows, int64_t row_length, const F& f) {
+void parallel_over_chunks(int64_t rows, int64_t row_length, const F& f,
+                          int64_t min_task_elements = kMinTaskElements) {
   if (row_length <= kChunk) {
-    const int64_t grain = std::max<int64_t>(1, kMinTaskElements / std::max<int64_t>(row_length, 1));
+    const int64_t grain =
+        std::max<int64_t>(1, min_task_elements / std::max<int64_t>(row_length, 1));
     at::parallel_for(0, rows, grain,
                      [&](int64_t first, int64_t last) { f(first, last - first, 0, row_length); });
     return;
   }
   const int64_t chunks = chunks_per_row(row_length);
-  const int64_t grain = std::max<int64_t>(1, kMinTaskElements / kChunk);
+  const int64_t grain = std::max<int64_t>(1, min_task_elements / kChunk);
   at::parallel_for(0, rows * chunks, grain, [&](int64_t first, int64_t last) {
     for (int64_t item = first; item < last; ++item) {
       const int64_t row = item / chunks;
