@@ -20,20 +20,31 @@ constexpr DeviceKernels<GroupNormMeanForwardParams> kForwardKernels{
 constexpr DeviceKernels<GroupNormMeanBackwardParams> kBackwardKernels{
     group_norm_mean_backward_cpu, FUSED_OPS_CUDA_KERNEL(group_norm_mean_backward_cuda)};
 
-// Whether the forward on `device` reads `input` in place as (N, HxW, C): on CUDA, a dense
+// Whether the forward on `device` reads `input` in place as (N, HxW, C): a dense
 // channels-last tensor (and not also contiguous, which the (N, C, HxW) kernels read
-// directly) with a channel count the channels-last kernels handle, 16-byte aligned (a Meta
-// tensor, which stands for a fresh allocation in the debug query, counts as aligned).
+// directly), on the CPU (which reads any channel count), or on CUDA with a channel count the
+// channels-last kernels handle, 16-byte aligned (a Meta tensor, which stands for a fresh
+// allocation in the debug query, counts as aligned).
 bool reads_channels_last(const at::Tensor& input, c10::Device device) {
-  if (!device.is_cuda() || input.is_contiguous()) {
+  if (input.is_contiguous()) {
     return false;
   }
   const bool dense_channels_last =
       (input.dim() == 5 && input.is_contiguous(at::MemoryFormat::ChannelsLast3d)) ||
       (input.dim() == 4 && input.is_contiguous(at::MemoryFormat::ChannelsLast));
-  return dense_channels_last &&
+  if (!dense_channels_last) {
+    return false;
+  }
+  if (device.is_cpu()) {
+    return true;
+  }
+#ifdef FUSED_OPS_WITH_CUDA
+  return device.is_cuda() &&
          group_norm_mean_channels_last_cuda_supported(input.size(1), input.element_size()) &&
          (input.is_meta() || reinterpret_cast<uintptr_t>(input.const_data_ptr()) % 16 == 0);
+#else
+  return false;
+#endif
 }
 
 }  // namespace

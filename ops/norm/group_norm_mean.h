@@ -10,8 +10,9 @@
 // function of the input per (n, c), so backward is a single elementwise pass.
 //
 // One host function per direction serves every backend (CPU, CUDA and Meta), as in
-// relu_group_norm.h. The CUDA forward reads a dense channels-last input (what a
-// channels_last_3d convolution writes) in place; every other input is made contiguous.
+// relu_group_norm.h. The forward reads a dense channels-last input (what a channels_last_3d
+// convolution writes) in place, on the CPU and (for the channel counts its kernels handle)
+// on CUDA; every other input is made contiguous.
 #pragma once
 
 #include "common/checks.h"

@@ -1,11 +1,14 @@
-// CPU kernels of fused::group_norm_mean (norm_kernels.h).
+// CPU kernels of fused::group_norm_mean (norm_kernels.h), with the vectorised loops and the
+// work split of norm_cpu_utils.h.
 //
-// Forward: one parallel pass over the rows (n, c) gathers each row's moments; the channel
-// means and the per-(n, g) statistics then give the output directly (group_norm_mean.h), so
-// the normalised tensor is never written.
-// Backward: with g[n] the incoming gradient, dy = g[n] / (C * HxW) is constant over sample n,
-// so the GroupNorm gradient sums follow from the saved channel means without touching the
-// input (ds[n,c] = dy * HxW * channel_mean[n,c], db[n,c] = dy * HxW), and
+// Forward: one parallel pass over x gathers the shifted sums of each row (n, c), by chunks
+// (eager's composite makes three passes: statistics and normalisation over x, then the mean
+// over the normalised tensor it writes, which here is never written). The rows' moments give the
+// channel means and the per-(n, g) statistics, and those the output directly (group_norm_mean.h). A
+// channels-last x (p.channels_last: stored (N, HxW, C)) is read in place, by chunks of positions,
+// with the same per-channel sums. Backward: with g[n] the incoming gradient, dy = g[n] / (C * HxW)
+// is constant over sample n, so the GroupNorm gradient sums follow from the saved channel means
+// without touching the input (ds[n,c] = dy * HxW * channel_mean[n,c], db[n,c] = dy * HxW), and
 //   dx[n, c, :] = c2[n, g] * x[n, c, :] + (rstd[n, g] * weight[c] * dy + c3[n, g]),
 // one elementwise pass (group_norm_math.h).
 #include "common/cpu_dispatch.h"
@@ -13,69 +16,131 @@
 #include "norm/norm_cpu_utils.h"
 #include "norm/norm_kernels.h"
 
-#include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
-#include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace fused_ops {
 namespace norm {
 namespace {
 
+using cpu::acc_t;
 using cpu::param_or;
+using cpu::Sums;
 
+// The output and the statistics from the per-row moments (N * C of them).
 template <typename scalar_t>
-void forward_kernel(const GroupNormMeanForwardParams& p) {
-  using opmath_t = at::opmath_type<scalar_t>;
+void finish_forward(const GroupNormMeanForwardParams& p, const Moments* row_moments) {
+  using acc = acc_t<scalar_t>;
   const GroupNormShape& s = p.sizes;
-  const auto* x = static_cast<const scalar_t*>(p.x);
   const auto* weight = static_cast<const scalar_t*>(p.weight);
   const auto* bias = static_cast<const scalar_t*>(p.bias);
   auto* out = static_cast<scalar_t*>(p.out);
-  auto* mean_out = static_cast<opmath_t*>(p.mean);
-  auto* rstd_out = static_cast<opmath_t*>(p.rstd);
-  auto* channel_mean_out = static_cast<opmath_t*>(p.channel_mean);
-  const int64_t rows = s.N * s.C;
+  auto* mean_out = static_cast<acc*>(p.mean);
+  auto* rstd_out = static_cast<acc*>(p.rstd);
+  auto* channel_mean_out = static_cast<acc*>(p.channel_mean);
   const int64_t Cg = s.channels_per_group();
-
-  std::vector<Moments> row_moments(rows);
-  at::parallel_for(0, rows, cpu::rows_per_task(s.HxW), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      row_moments[r] = cpu::row_moments</*kRelu=*/false>(x + r * s.HxW, s.HxW);
-      channel_mean_out[r] = static_cast<opmath_t>(row_moments[r].mean);
-    }
-  });
-
-  at::parallel_for(0, s.N, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) {
-      double total = 0.0;
-      for (int64_t g = 0; g < s.G; ++g) {
-        const int64_t ng = n * s.G + g;
-        const Moments m = combine_equal_parts(&row_moments[ng * Cg], Cg, s.HxW);
-        const double rstd = rstd_from_m2(m.m2, static_cast<double>(s.group_size()), p.eps);
-        mean_out[ng] = static_cast<opmath_t>(m.mean);
-        rstd_out[ng] = static_cast<opmath_t>(rstd);
-        for (int64_t k = 0; k < Cg; ++k) {
-          const int64_t c = g * Cg + k;
-          total += group_norm_mean_channel_term(row_moments[ng * Cg + k].mean - m.mean, rstd,
-                                                param_or(weight, c, 1.0), param_or(bias, c, 0.0));
-        }
+  for (int64_t n = 0; n < s.N; ++n) {
+    double total = 0.0;
+    for (int64_t g = 0; g < s.G; ++g) {
+      const int64_t ng = n * s.G + g;
+      const Moments m = combine_equal_parts(&row_moments[ng * Cg], Cg, s.HxW);
+      const double rstd = rstd_from_m2(m.m2, static_cast<double>(s.group_size()), p.eps);
+      mean_out[ng] = static_cast<acc>(m.mean);
+      rstd_out[ng] = static_cast<acc>(rstd);
+      for (int64_t k = 0; k < Cg; ++k) {
+        const int64_t c = g * Cg + k;
+        channel_mean_out[ng * Cg + k] = static_cast<acc>(row_moments[ng * Cg + k].mean);
+        total += group_norm_mean_channel_term(row_moments[ng * Cg + k].mean - m.mean, rstd,
+                                              param_or(weight, c, 1.0), param_or(bias, c, 0.0));
       }
-      out[n] = static_cast<scalar_t>(total / static_cast<double>(s.C));
+    }
+    out[n] = static_cast<scalar_t>(total / static_cast<double>(s.C));
+  }
+}
+
+template <typename scalar_t>
+void forward_kernel(const GroupNormMeanForwardParams& p) {
+  using acc = acc_t<scalar_t>;
+  const cpu::RowOps<scalar_t>& ops = cpu::row_ops<scalar_t>();
+  const GroupNormShape& s = p.sizes;
+  const auto* x = static_cast<const scalar_t*>(p.x);
+  const int64_t HxW = s.HxW;
+  const int64_t rows = s.N * s.C;
+  std::vector<Moments> row_moments(rows);
+
+  if (!p.channels_last) {
+    std::vector<acc> shift(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      shift[r] = cpu::sampled_shift</*kRelu=*/false>(x + r * HxW, HxW);
+    }
+    const int64_t chunks = cpu::chunks_per_row(HxW);
+    std::vector<Sums> parts(rows * chunks);
+    cpu::parallel_over_chunks(
+        rows, HxW,
+        [&](int64_t first, int64_t count, int64_t b, int64_t len) {
+          ops.shifted_sums(x + first * HxW + b, count, len, &shift[first],
+                           &parts[first * chunks + b / cpu::kChunk]);
+        },
+        cpu::kMinReadTaskElements);
+    for (int64_t r = 0; r < rows; ++r) {
+      const Sums t = cpu::add_in_order(&parts[r * chunks], chunks);
+      row_moments[r] = moments_from_shifted_sums(static_cast<double>(shift[r]), t.s1, t.s2,
+                                                 static_cast<double>(HxW));
+    }
+    finish_forward<scalar_t>(p, row_moments.data());
+    return;
+  }
+
+  // Channels-last: sample n is (HxW, C); the chunks of a sample are runs of `positions`
+  // positions (about kChunk elements), each summed for all channels at once (RowOps); the
+  // shift of channel (n, c) is sampled over the sample's positions.
+  const int64_t C = s.C;
+  const int64_t positions = std::max<int64_t>(1, cpu::kChunk / C);
+  const int64_t chunks = (HxW + positions - 1) / positions;
+  std::vector<acc> shift(rows);
+  for (int64_t n = 0; n < s.N; ++n) {
+    for (int64_t c = 0; c < C; ++c) {
+      shift[n * C + c] = cpu::sampled_shift</*kRelu=*/false>(x + n * HxW * C + c, HxW, C);
+    }
+  }
+  // parts[(n * chunks + chunk) * 2 * C + {0, C} + c]: the chunk's s1, s2 of channel c.
+  std::vector<double> parts(s.N * chunks * 2 * C, 0.0);
+  const int64_t grain =
+      std::max<int64_t>(1, cpu::kMinReadTaskElements / std::max<int64_t>(positions * C, 1));
+  at::parallel_for(0, s.N * chunks, grain, [&](int64_t first, int64_t last) {
+    for (int64_t item = first; item < last; ++item) {
+      const int64_t n = item / chunks;
+      const int64_t p0 = (item % chunks) * positions;
+      double* part = &parts[item * 2 * C];
+      ops.channels_last_shifted_sums(x + (n * HxW + p0) * C, std::min(positions, HxW - p0), C,
+                                     &shift[n * C], part, part + C);
     }
   });
+  for (int64_t n = 0; n < s.N; ++n) {
+    for (int64_t c = 0; c < C; ++c) {
+      Sums t{0.0, 0.0};
+      for (int64_t k = 0; k < chunks; ++k) {
+        t.s1 += parts[(n * chunks + k) * 2 * C + c];
+        t.s2 += parts[(n * chunks + k) * 2 * C + C + c];
+      }
+      row_moments[n * C + c] = moments_from_shifted_sums(static_cast<double>(shift[n * C + c]),
+                                                         t.s1, t.s2, static_cast<double>(HxW));
+    }
+  }
+  finish_forward<scalar_t>(p, row_moments.data());
 }
 
 template <typename scalar_t>
 void backward_kernel(const GroupNormMeanBackwardParams& p) {
-  using opmath_t = at::opmath_type<scalar_t>;
+  using acc = acc_t<scalar_t>;
   const GroupNormShape& s = p.sizes;
   const auto* grad_out = static_cast<const scalar_t*>(p.grad_output);
   const auto* x = static_cast<const scalar_t*>(p.x);
-  const auto* mean = static_cast<const opmath_t*>(p.mean);
-  const auto* rstd = static_cast<const opmath_t*>(p.rstd);
-  const auto* channel_mean = static_cast<const opmath_t*>(p.channel_mean);
+  const auto* mean = static_cast<const acc*>(p.mean);
+  const auto* rstd = static_cast<const acc*>(p.rstd);
+  const auto* channel_mean = static_cast<const acc*>(p.channel_mean);
   const auto* weight = static_cast<const scalar_t*>(p.weight);
   auto* dx = static_cast<scalar_t*>(p.dx);
   auto* dweight = weight != nullptr ? static_cast<scalar_t*>(p.dweight) : nullptr;
@@ -91,41 +156,35 @@ void backward_kernel(const GroupNormMeanBackwardParams& p) {
 
   if (dx != nullptr) {
     // dx = alpha[n,c] * x + beta[n,c].
-    std::vector<opmath_t> alpha(rows), beta(rows);
-    at::parallel_for(0, s.N * s.G, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t ng = begin; ng < end; ++ng) {
-        const int64_t n = ng / s.G;
-        const int64_t g = ng % s.G;
-        const double dy = dy_of(n);
-        const double rs = static_cast<double>(rstd[ng]);
-        double ds_w = 0.0;
-        double db_w = 0.0;
-        for (int64_t k = 0; k < Cg; ++k) {
-          const int64_t c = g * Cg + k;
-          const double w = param_or(weight, c, 1.0);
-          ds_w += w * dy * hxw * static_cast<double>(channel_mean[n * s.C + c]);
-          db_w += w * dy * hxw;
-        }
-        const BackwardCoefficients coef =
-            backward_coefficients(ds_w, db_w, static_cast<double>(mean[ng]), rs, count);
-        for (int64_t k = 0; k < Cg; ++k) {
-          const int64_t c = g * Cg + k;
-          alpha[n * s.C + c] = static_cast<opmath_t>(coef.c2);
-          beta[n * s.C + c] = static_cast<opmath_t>(rs * param_or(weight, c, 1.0) * dy + coef.c3);
-        }
+    std::vector<acc> alpha(rows);
+    std::vector<acc> beta(rows);
+    for (int64_t ng = 0; ng < s.N * s.G; ++ng) {
+      const int64_t n = ng / s.G;
+      const int64_t g = ng % s.G;
+      const double dy = dy_of(n);
+      const double rs = static_cast<double>(rstd[ng]);
+      double ds_w = 0.0;
+      double db_w = 0.0;
+      for (int64_t k = 0; k < Cg; ++k) {
+        const int64_t c = g * Cg + k;
+        const double w = param_or(weight, c, 1.0);
+        ds_w += w * dy * hxw * static_cast<double>(channel_mean[n * s.C + c]);
+        db_w += w * dy * hxw;
       }
-    });
-    at::parallel_for(0, rows, cpu::rows_per_task(s.HxW), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const scalar_t* xr = x + r * s.HxW;
-        scalar_t* dxr = dx + r * s.HxW;
-        const opmath_t a = alpha[r];
-        const opmath_t b = beta[r];
-        for (int64_t i = 0; i < s.HxW; ++i) {
-          dxr[i] = static_cast<scalar_t>(a * static_cast<opmath_t>(xr[i]) + b);
-        }
+      const BackwardCoefficients coef =
+          backward_coefficients(ds_w, db_w, static_cast<double>(mean[ng]), rs, count);
+      for (int64_t k = 0; k < Cg; ++k) {
+        const int64_t c = g * Cg + k;
+        alpha[n * s.C + c] = static_cast<acc>(coef.c2);
+        beta[n * s.C + c] = static_cast<acc>(rs * param_or(weight, c, 1.0) * dy + coef.c3);
       }
-    });
+    }
+    const cpu::RowOps<scalar_t>& ops = cpu::row_ops<scalar_t>();
+    cpu::parallel_over_chunks(
+        rows, s.HxW, [&](int64_t first, int64_t count, int64_t b, int64_t len) {
+          const int64_t offset = first * s.HxW + b;
+          ops.affine(x + offset, dx + offset, count, len, &alpha[first], &beta[first]);
+        });
   }
 
   cpu::affine_param_grads(
@@ -140,7 +199,6 @@ void backward_kernel(const GroupNormMeanBackwardParams& p) {
 }  // namespace
 
 void group_norm_mean_forward_cpu(const GroupNormMeanForwardParams& p) {
-  TORCH_CHECK(!p.channels_last, "group_norm_mean: the CPU kernel reads contiguous inputs only");
   dispatch_cpu_scalar(p.dtype, [&](auto tag) { forward_kernel<decltype(tag)>(p); });
 }
 

@@ -1,16 +1,33 @@
-// CPU building blocks shared by the GroupNorm-family kernels.
+// CPU building blocks shared by the GroupNorm-family kernels (relu_group_norm_cpu.cpp,
+// group_norm_mean_cpu.cpp): the vectorised loops they call (RowOps, written in
+// norm_cpu_vec.h and compiled once per CPU capability), and how they split and order the
+// work.
 //
-// Statistics are gathered per (n, c) row of the input viewed as (N, C, HxW) (one pass over
-// the row, so rows can be processed in parallel even when N * G is small) and then combined
-// per (n, g). Each row is summed in double after subtracting its first value (the
-// "shifted data" method, group_norm_math.h), which keeps the variance accurate when
-// |mean| >> std; rows of a group are combined with the exact pairwise (Chan et al.) formula
-// for equal-sized parts.
+// Statistics come from sums of (v - shift) and (v - shift)^2 over a span of contiguous values
+// (a group for relu_group_norm, a row (n, c) for group_norm_mean), around a shift close to
+// the span's mean (sampled_shift): the "shifted data" method of group_norm_math.h, which
+// keeps the variance accurate when |mean| >> std. RowOps accumulate the sums in float (double
+// for double data) in short blocks that are totalled in double, so the rounding error does
+// not grow with the span's length. A span is cut into chunks of kChunk elements, summed
+// separately and added in double, in order; rows of a group are combined with the exact
+// formula for equal-sized parts (combine_equal_parts). The chunks and the order of every
+// addition depend on the sizes only, never on the number of threads or on which schedule
+// runs: results are bitwise equal across runs and thread counts.
+//
+// Two schedules (use_group_tasks picks one):
+//   - one task per (n, g) group, which gathers the group's statistics and then makes its
+//     second pass over the group while the group is still in cache; used when the groups
+//     share out evenly between the threads (or there is one thread, or little work);
+//   - otherwise (few or unevenly shared groups, e.g. N * G = 1 on 2 threads), a parallel
+//     pass over all chunks, the per-group step, and a second parallel pass over all chunks.
 #pragma once
 
 #include "common/group_norm_shape.h"
 #include "common/host_device.h"
 #include "norm/group_norm_math.h"
+
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -20,39 +37,148 @@ namespace fused_ops {
 namespace norm {
 namespace cpu {
 
-template <bool kRelu, typename scalar_t>
-inline double load_value(scalar_t v) {
-  const double d = static_cast<double>(v);
-  return kRelu ? relu_keep_nan(d) : d;
+// The type arithmetic runs in: float for float, half and bfloat16; double for double.
+template <typename scalar_t>
+using acc_t = at::opmath_type<scalar_t>;
+
+// Two sums over some values, in double.
+struct Sums {
+  double s1;
+  double s2;
+};
+
+// The vectorised loops, for one element type. Each runs over `rows` consecutive rows of `n`
+// elements (row r at x + r * n), with row r's parameters at index r. Sums are accumulated
+// in acc_t<scalar_t> in blocks (norm_cpu_vec.h) and returned in double.
+template <typename scalar_t>
+struct RowOps {
+  using acc = acc_t<scalar_t>;
+  // sums[r] = {sum(v - shift[r]), sum((v - shift[r])^2)} over the row's v = x.
+  void (*shifted_sums)(const scalar_t* x, int64_t rows, int64_t n, const acc* shift, Sums* sums);
+  // The same over v = relu(x).
+  void (*relu_shifted_sums)(const scalar_t* x, int64_t rows, int64_t n, const acc* shift,
+                            Sums* sums);
+  // sums[r] = {sum(dy * relu(x)), sum(dy)}.
+  void (*relu_grad_sums)(const scalar_t* dy, const scalar_t* x, int64_t rows, int64_t n,
+                         Sums* sums);
+  // y = x * scale[r] + shift[r].
+  void (*affine)(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n, const acc* scale,
+                 const acc* shift);
+  // y = relu(x) * scale[r] + shift[r].
+  void (*relu_affine)(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n, const acc* scale,
+                      const acc* shift);
+  // dx = x > 0 ? c1[r] * dy + c2[r] * x + c3[r] : 0.
+  void (*relu_affine_backward)(const scalar_t* dy, const scalar_t* x, scalar_t* dx, int64_t rows,
+                               int64_t n, const acc* c1, const acc* c2, const acc* c3);
+  // For x stored (positions, channels): s1[c] += sum_p (x[p, c] - shift[c]) and
+  // s2[c] += sum_p (x[p, c] - shift[c])^2 over p in [0, positions).
+  void (*channels_last_shifted_sums)(const scalar_t* x, int64_t positions, int64_t channels,
+                                     const acc* shift, double* s1, double* s2);
+};
+
+// The fastest RowOps this CPU runs (norm_cpu_vec.cpp): the AVX2 build where ATen's own
+// kernels use AVX2 or AVX-512, else the build with the library's default flags.
+template <typename scalar_t>
+const RowOps<scalar_t>& row_ops();
+
+// Elements per chunk of a row: the unit of work of the parallel passes and of the
+// statistics' summation order.
+constexpr int64_t kChunk = 16384;
+// The least work (elements) worth a parallel task of its own, for passes that write or read
+// two tensors; a pass that only reads one takes twice as many (kMinReadTaskElements).
+constexpr int64_t kMinTaskElements = 16384;
+constexpr int64_t kMinReadTaskElements = 2 * kMinTaskElements;
+
+inline int64_t chunks_per_row(int64_t row_length) { return (row_length + kChunk - 1) / kChunk; }
+
+// Sums over a span of `length` > 0 elements: part(begin, part_length, &sums) for each chunk,
+// added in order (the order every schedule uses).
+template <typename Part>
+Sums chunked_sums(int64_t length, const Part& part) {
+  Sums total;
+  part(0, std::min(kChunk, length), &total);
+  for (int64_t begin = kChunk; begin < length; begin += kChunk) {
+    Sums s;
+    part(begin, std::min(kChunk, length - begin), &s);
+    total.s1 += s.s1;
+    total.s2 += s.s2;
+  }
+  return total;
 }
 
-// Moments of row[0..count) (of relu(row) when kRelu); count > 0.
-template <bool kRelu, typename scalar_t>
-Moments row_moments(const scalar_t* row, int64_t count) {
-  const double shift = load_value<kRelu>(row[0]);
-  // Four independent accumulators break the add dependency chain.
-  double s1[4] = {0.0, 0.0, 0.0, 0.0};
-  double s2[4] = {0.0, 0.0, 0.0, 0.0};
-  int64_t i = 0;
-  for (; i + 4 <= count; i += 4) {
-    for (int j = 0; j < 4; ++j) {
-      const double v = load_value<kRelu>(row[i + j]) - shift;
-      s1[j] += v;
-      s2[j] += v * v;
+// The total of parts[0..count), count > 0, added in order (as chunked_sums does).
+inline Sums add_in_order(const Sums* parts, int64_t count) {
+  Sums total = parts[0];
+  for (int64_t i = 1; i < count; ++i) {
+    total.s1 += parts[i].s1;
+    total.s2 += parts[i].s2;
+  }
+  return total;
+}
+
+// Whether to run one task per group (see the top of this file): true when the work is too
+// small to share, or when `groups` tasks share out between the threads with at most 25%
+// imbalance.
+inline bool use_group_tasks(int64_t groups, int64_t group_size) {
+  const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+  if (threads <= 1 || groups * group_size < 2 * kMinTaskElements) {
+    return true;
+  }
+  const int64_t rounds = (groups + threads - 1) / threads;
+  return groups >= threads && 4 * rounds * threads <= 5 * groups;
+}
+
+// Calls f(begin, end) on ranges of [0, groups), in parallel, a task doing at least
+// kMinTaskElements elements when there is that much work.
+template <typename F>
+void parallel_over_groups(int64_t groups, int64_t group_size, const F& f) {
+  const int64_t grain = std::max<int64_t>(1, kMinTaskElements / std::max<int64_t>(group_size, 1));
+  at::parallel_for(0, groups, grain, f);
+}
+
+// Calls f(row, rows, begin, length) in parallel over `rows` rows of `row_length` elements:
+// for rows [row, row + rows) whole (begin = 0, length = row_length) when a row is at most
+// one chunk, else for one chunk [begin, begin + length) of one row (rows = 1). A task does at
+// least min_task_elements elements when there is that much work.
+template <typename F>
+void parallel_over_chunks(int64_t rows, int64_t row_length, const F& f,
+                          int64_t min_task_elements = kMinTaskElements) {
+  if (row_length <= kChunk) {
+    const int64_t grain =
+        std::max<int64_t>(1, min_task_elements / std::max<int64_t>(row_length, 1));
+    at::parallel_for(0, rows, grain,
+                     [&](int64_t first, int64_t last) { f(first, last - first, 0, row_length); });
+    return;
+  }
+  const int64_t chunks = chunks_per_row(row_length);
+  const int64_t grain = std::max<int64_t>(1, min_task_elements / kChunk);
+  at::parallel_for(0, rows * chunks, grain, [&](int64_t first, int64_t last) {
+    for (int64_t item = first; item < last; ++item) {
+      const int64_t row = item / chunks;
+      const int64_t begin = (item % chunks) * kChunk;
+      f(row, 1, begin, std::min(kChunk, row_length - begin));
     }
-  }
-  for (; i < count; ++i) {
-    const double v = load_value<kRelu>(row[i]) - shift;
-    s1[0] += v;
-    s2[0] += v * v;
-  }
-  return moments_from_shifted_sums(shift, (s1[0] + s1[1]) + (s1[2] + s1[3]),
-                                   (s2[0] + s2[1]) + (s2[2] + s2[3]), static_cast<double>(count));
+  });
 }
 
-// Number of rows of `row_length` elements per parallel task: about 32k elements a task.
-inline int64_t rows_per_task(int64_t row_length) {
-  return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(row_length, 1));
+// The shift of the sums over x[0], x[stride], ..., x[(n - 1) * stride] (of their relu when
+// kRelu): the mean of up to kShiftSamples of those values, evenly spaced. The
+// closer the shift is to the mean, in units of the standard deviation, the less rounding
+// the variance from shifted sums suffers (M2 = s2 - s1^2 / n loses about
+// 1 + ((mean - shift) / std)^2 times the rounding error of the sums); a single value of the
+// data can be several deviations off, a mean of samples is off by about std / sqrt(samples).
+constexpr int64_t kShiftSamples = 8;
+
+template <bool kRelu, typename scalar_t>
+acc_t<scalar_t> sampled_shift(const scalar_t* x, int64_t n, int64_t stride = 1) {
+  const int64_t samples = std::min(n, kShiftSamples);
+  const int64_t step = n / samples * stride;
+  double total[2] = {0.0, 0.0};
+  for (int64_t i = 0; i < samples; ++i) {
+    const double v = static_cast<double>(x[i * step]);
+    total[i % 2] += kRelu ? relu_keep_nan(v) : v;
+  }
+  return static_cast<acc_t<scalar_t>>((total[0] + total[1]) / static_cast<double>(samples));
 }
 
 // Optional per-channel parameter as double (1 or 0 when absent).
@@ -65,18 +191,19 @@ inline double param_or(const scalar_t* p, int64_t c, double absent) {
 // dweight[c] = sum_n weight_grad_term(ds, db, mean, rstd) and dbias[c] = sum_n db, with
 // {ds, db} = sums(n, c) the channel's sums of dy * x and dy in sample n. dweight and dbias
 // may be null (not written).
-template <typename scalar_t, typename stat_t, typename Sums>
+template <typename scalar_t, typename stat_t, typename SumsOf>
 void affine_param_grads(const GroupNormShape& s, const stat_t* mean, const stat_t* rstd,
-                        const Sums& sums, scalar_t* dweight, scalar_t* dbias) {
+                        const SumsOf& sums, scalar_t* dweight, scalar_t* dbias) {
   if (dweight == nullptr && dbias == nullptr) {
     return;
   }
   const int64_t Cg = s.channels_per_group();
   for (int64_t c = 0; c < s.C; ++c) {
+    const int64_t g = c / Cg;
     double dw = 0.0;
     double db = 0.0;
     for (int64_t n = 0; n < s.N; ++n) {
-      const int64_t ng = n * s.G + c / Cg;
+      const int64_t ng = n * s.G + g;
       const auto [ds_nc, db_nc] = sums(n, c);
       dw += weight_grad_term(ds_nc, db_nc, static_cast<double>(mean[ng]),
                              static_cast<double>(rstd[ng]));

@@ -49,8 +49,8 @@ struct ReluGroupNormBackwardParams {
 
 // group_norm_mean forward: out (N) = mean over (c, *) of group_norm(x); mean, rstd: (N, G);
 // channel_mean: (N, C). With `channels_last`, x is stored (N, HxW, C) (channels innermost:
-// channels_last / channels_last_3d), which only the CUDA kernels read (see
-// group_norm_mean_channels_last_cuda_supported).
+// channels_last / channels_last_3d), which the CPU kernel reads for any C and the CUDA kernels
+// for the channel counts of group_norm_mean_channels_last_cuda_supported.
 struct GroupNormMeanForwardParams {
   ScalarKind dtype;
   GroupNormShape sizes;
