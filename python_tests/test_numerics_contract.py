@@ -94,7 +94,13 @@ def _compare(case, device, dtype, mode, dist, grad):
     return testing.compare_with_original(original, fused, x, grad=grad)
 
 
-def _ratio_failures(report, dtype):
+def _ratio_failures(report, dtype, cudnn_backward=()):
+    """Failures of fused <= 2x eager (+ the dtype's floor). `cudnn_backward` names gradients
+    computed by cuDNN's own backward convolutions for eager and fused alike (same call, same
+    arguments): cuDNN picks their algorithm by the workspace memory free at the time, so the
+    same call lands anywhere in that algorithms' spread, whoever makes it (float32, H100,
+    headline ConvTranspose3d: 7.5e-5 to 4.6e-4 relative L2 for eager and fused alike); those
+    must be within 2x of eager's error or within that spread."""
     failures = []
     for what, e in report.items():
         line = (
@@ -102,9 +108,17 @@ def _ratio_failures(report, dtype):
             f"(ratio {min(e.ratio, 1e9):.2f})"
         )
         print(line)
-        if not e.fused_error <= 2.0 * e.eager_error + ERROR_FLOOR[dtype]:
+        bound = 2.0 * e.eager_error + ERROR_FLOOR[dtype]
+        if what in cudnn_backward:
+            bound = max(bound, CUDNN_FLOAT32_BACKWARD_SPREAD)
+        if not e.fused_error <= bound:
             failures.append(line)
     return failures
+
+
+# The largest relative L2 error of cuDNN's float32 backward convolutions seen at the headline
+# ConvTranspose3d (H100, cuDNN 9.19, eager and fused alike).
+CUDNN_FLOAT32_BACKWARD_SPREAD = 5e-4
 
 
 @pytest.mark.parametrize("dist", ["rand", "randn"])
@@ -170,7 +184,14 @@ def test_headline_contract(name, mode, grad):
     at 1e-5 in both modes (ConvTranspose3dReLUGroupNorm's with TF32 off: test_modules.py).
     Without autograd ("inference") the operators may take other kernels (the one-pass ones)."""
     report = _compare(HEADLINE[name], "cuda", torch.float32, mode, "rand", grad=grad)
-    failures = _ratio_failures(report, torch.float32)
+    # ConvTranspose3d's input and weight gradients are cuDNN's backward convolutions, as
+    # eager's (fused-ops' own backward kernels are still to come).
+    cudnn_backward = (
+        ("grad input", "grad conv_transpose.weight")
+        if name == "ConvTranspose3dReLUGroupNorm"
+        else ()
+    )
+    failures = _ratio_failures(report, torch.float32, cudnn_backward)
     if name == "Conv3dGroupNormMean" and not report["output"].allclose_1e5:
         failures.append(
             f"output not allclose to eager: max |diff| {report['output'].max_abs_diff:.3e}"
