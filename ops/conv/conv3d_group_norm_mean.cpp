@@ -89,6 +89,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> onepass_forward(
   return {out, mean, rstd, channel_mean};
 }
 
+// The forward through ATen's convolution (the conv output saved for backward), for checked
+// arguments: (output, conv_output, mean, rstd, channel_mean).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_prechecked(
+    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
+    const Conv3dParams& params, const ConvGroupNormShapes& shapes,
+    const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
+    double eps) {
+  // The GroupNorm + mean kernels read a channels-last convolution output in place.
+  const at::Tensor conv_output =
+      input.is_meta() ? empty_conv_output(input, shapes.conv_output)
+                      : run_conv3d(input, weight, conv_bias, params, ConvConsumer::kGroupNormMean);
+  auto [output, mean, rstd, channel_mean] = norm::group_norm_mean_forward_prechecked(
+      conv_output, shapes.group_norm, gn_weight, gn_bias, eps);
+  return {output, conv_output, mean, rstd, channel_mean};
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
@@ -101,13 +117,7 @@ conv3d_group_norm_mean_forward(const at::Tensor& input, const at::Tensor& weight
                                                  dilation, groups, /*transposed=*/false);
   const ConvGroupNormShapes shapes = check_conv_group_norm_args(
       kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
-  // The GroupNorm + mean kernels read a channels-last convolution output in place.
-  const at::Tensor conv_output =
-      input.is_meta() ? empty_conv_output(input, shapes.conv_output)
-                      : run_conv3d(input, weight, conv_bias, params, ConvConsumer::kGroupNormMean);
-  auto [output, mean, rstd, channel_mean] = norm::group_norm_mean_forward_prechecked(
-      conv_output, shapes.group_norm, gn_weight, gn_bias, eps);
-  return {output, conv_output, mean, rstd, channel_mean};
+  return forward_prechecked(input, weight, conv_bias, params, shapes, gn_weight, gn_bias, eps);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
@@ -167,22 +177,21 @@ at::Tensor conv3d_group_norm_mean(const at::Tensor& input, const at::Tensor& wei
                                   at::IntArrayRef dilation, int64_t groups, int64_t num_groups,
                                   const c10::optional<at::Tensor>& gn_weight,
                                   const c10::optional<at::Tensor>& gn_bias, double eps) {
+  const Conv3dParams params = make_conv3d_params(kName, stride, padding, /*output_padding=*/{},
+                                                 dilation, groups, /*transposed=*/false);
+  const ConvGroupNormShapes shapes = check_conv_group_norm_args(
+      kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
   // (Below autograd: this kernel runs when no gradient is needed, so nothing is saved and the
   // one-pass kernels can run where they apply.)
   if (!input.is_meta()) {
-    const Conv3dParams params = make_conv3d_params(kName, stride, padding, /*output_padding=*/{},
-                                                   dilation, groups, /*transposed=*/false);
-    const ConvGroupNormShapes shapes = check_conv_group_norm_args(
-        kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
     const Conv3dGroupNormMeanParams onepass = onepass_params(input, weight, params, shapes, eps);
     if (const OnePassCudaKernel* kernel = onepass_kernel(input, onepass)) {
       return std::get<0>(
           onepass_forward(input, weight, conv_bias, gn_weight, gn_bias, *kernel, onepass));
     }
   }
-  return std::get<0>(conv3d_group_norm_mean_forward(input, weight, conv_bias, stride, padding,
-                                                    dilation, groups, num_groups, gn_weight,
-                                                    gn_bias, eps));
+  return std::get<0>(
+      forward_prechecked(input, weight, conv_bias, params, shapes, gn_weight, gn_bias, eps));
 }
 
 }  // namespace conv
