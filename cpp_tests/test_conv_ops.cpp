@@ -55,14 +55,13 @@ TEST_CASE("conv3d_group_norm_mean matches the float64 ATen reference on the CPU"
       for (size_t i : {0, 1})
         check_conv_case(false, cases[i], dtype, kCPU, Layout::Contiguous, tol_for(dtype));
   }
-  SECTION("input with a mean offset (rand-like, as models.py feeds it)") {
+  SECTION("input with a mean offset (rand-like, what users pass)") {
     for (const auto& c : conv3d_cases())
       check_conv_case(false, c, at::kFloat, kCPU, Layout::Contiguous, tol_for(at::kFloat), 2.0);
   }
 }
 
-TEST_CASE("conv operators: the models.py default GroupNorm init would hide a broken kernel",
-          "[conv][cpu]") {
+TEST_CASE("conv operators: the default GroupNorm init would hide a broken kernel", "[conv][cpu]") {
   // Sanity check of the test method itself: with weight = 1, bias = 0 the reference
   // conv3d_group_norm_mean output is 0 for any input, whereas with the randomised affine
   // parameters the tests use, it depends on the input.

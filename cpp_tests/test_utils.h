@@ -504,7 +504,7 @@ inline std::vector<ConvCase> conv_transpose_cases() {
   std::vector<ConvCase> cases;
   {
     ConvCase c{
-        "models.py pattern: k3, no conv bias, 2 channels per group", {2, 4, 3, 5, 6}, 8, {3, 3, 3}};
+        "reference pattern: k3, no conv bias, 2 channels per group", {2, 4, 3, 5, 6}, 8, {3, 3, 3}};
     c.num_groups = 4;
     c.conv_bias = false;
     cases.push_back(c);
@@ -554,7 +554,7 @@ inline std::vector<ConvCase> conv3d_cases() {
   std::vector<ConvCase> cases;
   {
     ConvCase c{
-        "models.py pattern: k3, conv bias, 3 channels per group", {2, 3, 6, 7, 5}, 12, {3, 3, 3}};
+        "reference pattern: k3, conv bias, 3 channels per group", {2, 3, 6, 7, 5}, 12, {3, 3, 3}};
     c.num_groups = 4;
     cases.push_back(c);
   }

@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--headline",
         action="store_true",
-        help="the headline workload sizes of models.py (default: small sizes)",
+        help="the headline workload sizes of fused_ops.reference (default: small sizes)",
     )
     parser.add_argument(
         "--device",

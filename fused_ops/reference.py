@@ -1,5 +1,5 @@
-"""The two PyTorch patterns that fused_ops replaces, copied verbatim from the project's
-specification (shared/reference/models.py), with their headline sizes (WORKLOADS).
+"""The two PyTorch patterns that fused_ops replaces, exactly as specified (plain torch.nn
+modules), with their headline sizes (WORKLOADS).
 
 Used by the tests and examples as the unfused originals to compare the drop-ins against.
 

@@ -1,6 +1,6 @@
 """Tests of the drop-in modules fused_ops.ConvTranspose3dReLUGroupNorm and
-fused_ops.Conv3dGroupNormMean against the originals (fused_ops.reference, a verbatim copy of
-the specification's models.py)."""
+fused_ops.Conv3dGroupNormMean against the originals (fused_ops.reference: the plain torch.nn
+modules they replace)."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def test_compile(device, name, fresh_dynamo):
 
 
 # ---------------------------------------------------------------------------------------
-# The headline workloads of models.py, on the GPU, against eager PyTorch (TF32 off)
+# The headline workloads (reference.WORKLOADS) on the GPU, against eager PyTorch (TF32 off)
 
 
 def _check_headline(actual, eager, ref64, what, kind="output"):
@@ -211,7 +211,7 @@ def _check_headline(actual, eager, ref64, what, kind="output"):
 @requires_cuda
 @pytest.mark.parametrize("name", list(reference.WORKLOADS))
 def test_headline_sizes_cuda(name):
-    """The workloads of models.py at their sizes: drop-in vs eager PyTorch with TF32 off
+    """The reference workloads at their headline sizes: drop-in vs eager PyTorch with TF32 off
     (random GroupNorm affine and conv bias), forward for both, backward for the first."""
     workload = reference.WORKLOADS[name]
     # TF32 off, set explicitly: this is the float32-exact mode (PyTorch's default flags:
