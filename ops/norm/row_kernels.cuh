@@ -121,6 +121,40 @@ inline MapTiling make_map_tiling(int64_t num_rows, int64_t row_vecs) {
 // ---------------------------------------------------------------------------------------
 // Generic kernels.
 
+// One step of a thread in the row kernels: up to kUnroll vectors of one input (two when
+// kTwoInputs), vectors v0, v0 + stride, ... below `end`; the rest are neither loaded nor used.
+template <typename T, int kVec, bool kTwoInputs>
+struct VectorBatch {
+  using acc_t = typename ScalarOps<T>::acc_t;  // exact: every T value is an acc_t value
+  using Vector = AlignedVector<T, kVec>;
+  Vector a[kUnroll];
+  Vector b[kUnroll];
+
+  // Issues every load before any use.
+  __device__ __forceinline__ void load(const T* in0, const T* in1, int64_t v0, int stride,
+                                       int64_t end) {
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const int64_t v = v0 + static_cast<int64_t>(j) * stride;
+      if (v < end) {
+        a[j] = load_vector<T, kVec>(in0, v);
+        if constexpr (kTwoInputs) {
+          b[j] = load_vector<T, kVec>(in1, v);
+        }
+      }
+    }
+  }
+
+  // Vector j in acc_t: first from in0; second from in1 when kTwoInputs (else not written:
+  // the kernels then pass acc_t(0) in its place).
+  __device__ __forceinline__ void to_acc(int j, acc_t (&first)[kVec], acc_t (&second)[kVec]) const {
+    vector_to_acc<T, kVec>(a[j], first);
+    if constexpr (kTwoInputs) {
+      vector_to_acc<T, kVec>(b[j], second);
+    }
+  }
+};
+
 // Two double sums per (segment, chunk): partials[segment * chunks_per_segment + chunk] =
 // (sum of first, sum of second) of op.accumulate over the chunk's elements, where
 // `state = op.segment_state(segment)` is computed once per thread and `accumulate(state, a,
@@ -133,7 +167,6 @@ __global__ void __launch_bounds__(kThreads)
     segment_pair_sums_kernel(const T* __restrict__ in0, const T* __restrict__ in1,
                              double2* __restrict__ partials, ReduceTiling tiling, Op op) {
   using acc_t = typename ScalarOps<T>::acc_t;  // exact: every T value is an acc_t value
-  using Vector = AlignedVector<T, kVec>;
   int64_t segment;
   int64_t chunk;
   int lane;
@@ -165,26 +198,12 @@ __global__ void __launch_bounds__(kThreads)
     const T* seg0 = in0 + segment * tiling.segment_vecs * kVec;
     const T* seg1 = kTwoInputs ? in1 + segment * tiling.segment_vecs * kVec : nullptr;
     const int64_t step = static_cast<int64_t>(threads_per_segment) * kUnroll;
-    Vector a[kUnroll];
-    Vector b[kUnroll];
-    // Issues the (up to) kUnroll vectors from v0 on; all loads before any use.
-    auto load_batch = [&](int64_t v0) {
-#pragma unroll
-      for (int j = 0; j < kUnroll; ++j) {
-        const int64_t v = v0 + static_cast<int64_t>(j) * threads_per_segment;
-        if (v < end) {
-          a[j] = load_vector<T, kVec>(seg0, v);
-          if constexpr (kTwoInputs) {
-            b[j] = load_vector<T, kVec>(seg1, v);
-          }
-        }
-      }
-    };
+    VectorBatch<T, kVec, kTwoInputs> batch;
     int64_t v0 = begin + lane;
     if (v0 < end) {
       // The first batch is issued before the segment state (which may be a load, e.g. the
       // shift) so that the two latencies overlap instead of adding up.
-      load_batch(v0);
+      batch.load(seg0, seg1, v0, threads_per_segment, end);
       const auto state = op.segment_state(segment);
       while (true) {
 #pragma unroll
@@ -193,10 +212,7 @@ __global__ void __launch_bounds__(kThreads)
           if (v < end) {
             acc_t first[kVec];
             acc_t second[kVec];
-            vector_to_acc<T, kVec>(a[j], first);
-            if constexpr (kTwoInputs) {
-              vector_to_acc<T, kVec>(b[j], second);
-            }
+            batch.to_acc(j, first, second);
 #pragma unroll
             for (int e = 0; e < kVec; ++e) {
               op.accumulate(state, first[e], kTwoInputs ? second[e] : acc_t(0), sum0, sum1);
@@ -207,7 +223,7 @@ __global__ void __launch_bounds__(kThreads)
         if (v0 >= end) {
           break;
         }
-        load_batch(v0);
+        batch.load(seg0, seg1, v0, threads_per_segment, end);
       }
     }
   }
@@ -345,28 +361,15 @@ __global__ void __launch_bounds__(kThreads)
   // tile_vecs <= threads_per_row * kUnroll, so this loop runs once; it stays a loop so that
   // the kernel is correct for any tiling.
   for (int64_t v0 = begin + lane; v0 < end; v0 += step) {
-    Vector a[kUnroll];
-    Vector b[kUnroll];
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const int64_t v = v0 + static_cast<int64_t>(j) * threads_per_row;
-      if (v < end) {
-        a[j] = load_vector<T, kVec>(row0, v);
-        if constexpr (kTwoInputs) {
-          b[j] = load_vector<T, kVec>(row1, v);
-        }
-      }
-    }
+    VectorBatch<T, kVec, kTwoInputs> batch;
+    batch.load(row0, row1, v0, threads_per_row, end);
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int64_t v = v0 + static_cast<int64_t>(j) * threads_per_row;
       if (v < end) {
         acc_t first[kVec];
         acc_t second[kVec];
-        vector_to_acc<T, kVec>(a[j], first);
-        if constexpr (kTwoInputs) {
-          vector_to_acc<T, kVec>(b[j], second);
-        }
+        batch.to_acc(j, first, second);
         Vector result;
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
