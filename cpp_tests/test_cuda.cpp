@@ -396,3 +396,25 @@ TEST_CASE("CUDA: conv3d_group_norm_mean without autograd runs the one-pass kerne
     }
   }
 }
+
+TEST_CASE("CUDA: conv3d_group_norm_mean trains through the one-pass kernels", "[cuda][onepass]") {
+  SKIP_WITHOUT_CUDA();
+  at::manual_seed(37);
+  // Every gradient against the float64 CPU reference (no cuDNN: racecheck runs this test
+  // case), for the contiguous and the channels-last input; inputs with a common offset.
+  for (const auto dtype : {at::kFloat, at::kDouble}) {
+    for (const auto& c : conv3d_cases()) {
+      for (const Layout layout : {Layout::Contiguous, Layout::ChannelsLast}) {
+        INFO(describe(c) << ", " << dtype_name(dtype));
+        const ConvParams p = random_conv_params(c, false);
+        const at::Tensor x = leaf(p.input, dtype, kCUDA);
+        const at::Tensor w = leaf(p.weight, dtype, kCUDA);
+        CHECK(fused_ops::api::conv3d_group_norm_mean_path(
+                  x, w, leaf(p.conv_bias, dtype, kCUDA), c.stride, c.padding, c.dilation, c.groups,
+                  c.num_groups, leaf(p.gn_weight, dtype, kCUDA), leaf(p.gn_bias, dtype, kCUDA),
+                  c.eps) == "onepass");
+        check_conv_case(false, c, dtype, kCUDA, layout, cuda_tol(dtype), /*input_offset=*/0.5);
+      }
+    }
+  }
+}

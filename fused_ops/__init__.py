@@ -134,6 +134,8 @@ def dispatch_path(op: str, *args) -> str:
     ``aten`` (ATen's convolution, as eager PyTorch runs it), ``aten_float32`` (the same with
     float32 products whatever ``torch.backends.cudnn.allow_tf32`` says) or
     ``transposed_as_forward`` (a stride-1 transposed convolution run as a forward one).
+    ``conv3d_group_norm_mean`` answers ``"onepass"`` where its one-pass CUDA kernels run (the
+    convolution's output never written; in training, backward recomputes it from the input).
     """
     return getattr(torch.ops.fused, f"_{op}_path")(*args)
 

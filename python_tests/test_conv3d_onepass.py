@@ -1,6 +1,7 @@
 """The one-pass CUDA kernels of conv3d_group_norm_mean (the convolution's output never
-written): which calls run them (fused_ops.dispatch_path), and their values against float64
-over random parameter sets inside and outside their family, in every dtype."""
+written, forward and backward): which calls run them (fused_ops.dispatch_path), their values
+and gradients against float64 over random parameter sets inside and outside their family, in
+every dtype, what training saves, and determinism."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import pytest
 import torch
 
 import fused_ops
-from helpers import assert_close_to_ref, conv3d_args, reference, requires_cuda
+from helpers import (
+    assert_close_to_ref,
+    check_against_reference,
+    conv3d_args,
+    reference,
+    requires_cuda,
+    tensor_arg_indices,
+)
 
 OP = "conv3d_group_norm_mean"
 
@@ -89,10 +97,18 @@ def test_outside_the_family_runs_cudnn():
 
 
 @requires_cuda
-def test_path_with_and_without_autograd():
-    """A call that autograd records saves the conv output for backward (cuDNN path)."""
-    args = conv3d_args((2, 3, 8, 9, 10), 24, 3, 8, device="cuda", requires_grad=True)
+@pytest.mark.tf32_off  # (cuDNN's backward convolutions are TF32 under the default flags)
+def test_outside_the_family_trains_through_cudnn():
+    args = conv3d_args((2, 20, 6, 7, 8), 8, 3, 4, device="cuda", requires_grad=True)
     assert fused_ops.dispatch_path(OP, *args) == "aten_float32 -> group_norm_mean"
+    check_against_reference(OP, args, grad_rtol=1e-4, grad_atol=5e-5)
+
+
+@requires_cuda
+def test_path_with_and_without_autograd():
+    """Calls in the family run the one-pass kernels whether or not autograd records them."""
+    args = conv3d_args((2, 3, 8, 9, 10), 24, 3, 8, device="cuda", requires_grad=True)
+    assert fused_ops.dispatch_path(OP, *args) == "onepass"
     with torch.no_grad():
         assert fused_ops.dispatch_path(OP, *args) == "onepass"
     model = fused_ops.Conv3dGroupNormMean(3, 24, 3, 8).cuda()
@@ -100,6 +116,103 @@ def test_path_with_and_without_autograd():
     with torch.inference_mode():
         out = model(x)
     assert out.shape == (2,)
+
+
+# Gradient tolerances (rtol, atol relative to the largest magnitude): the backward's sums run
+# in float (double for double) over up to a few thousand terms.
+GRAD_TOLERANCE = {
+    torch.float32: (1e-4, 5e-5),
+    torch.float64: (1e-9, 1e-10),
+    torch.float16: (1e-2, 2e-3),
+    torch.bfloat16: (4e-2, 1e-2),
+}
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", list(TOLERANCE), ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("seed", range(12))
+def test_backward_random_problems(seed, dtype):
+    """Every gradient of the one-pass backward against float64, over the parameter surface."""
+    rng = random.Random(1000 + seed)
+    for _ in range(3):
+        case = _random_case(rng)
+        args = conv3d_args(**case, dtype=dtype, device="cuda", requires_grad=True)
+        if rng.random() < 0.5:
+            with torch.no_grad():
+                args[0].uniform_(0.0, 1.0)  # torch.rand-like: a common offset
+        assert fused_ops.dispatch_path(OP, *args) == "onepass", case
+        rtol, atol = TOLERANCE[dtype]
+        grad_rtol, grad_atol = GRAD_TOLERANCE[dtype]
+        check_against_reference(
+            OP, args, rtol=rtol, atol=atol, grad_rtol=grad_rtol, grad_atol=grad_atol
+        )
+
+
+@requires_cuda
+def test_backward_partial_requires_grad():
+    """Only some arguments need gradients: the kernels skip the others."""
+    base = conv3d_args((2, 4, 7, 8, 9), 16, 3, 4, padding=1, device="cuda", requires_grad=False)
+    for i in tensor_arg_indices(base):
+        args = list(base)
+        args[i] = args[i].detach().clone().requires_grad_(True)
+        assert fused_ops.dispatch_path(OP, *args) == "onepass"
+        check_against_reference(OP, args, grad_rtol=1e-4, grad_atol=5e-5)
+
+
+@requires_cuda
+def test_training_saves_statistics_only():
+    """At the headline's channel counts, what autograd saves besides the arguments is the
+    per-(n, g) and per-(n, c) statistics: no tensor of the convolution output's size."""
+    args = conv3d_args((4, 3, 12, 16, 16), 24, 3, 8, device="cuda", requires_grad=True)
+    argument_ptrs = {a.data_ptr() for a in args if isinstance(a, torch.Tensor)}
+    extra_bytes = []
+
+    def pack(t):
+        if t.data_ptr() not in argument_ptrs:
+            extra_bytes.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = torch.ops.fused.conv3d_group_norm_mean(*args)
+    N, C, G = 4, 24, 8
+    assert sum(extra_bytes) == (2 * N * G + N * C) * 4, extra_bytes
+    out.sum().backward()
+    assert all(a.grad is not None for a in args if isinstance(a, torch.Tensor))
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_backward_deterministic(dtype):
+    """Two backward runs give bitwise-identical gradients (no atomics)."""
+    args = conv3d_args((5, 3, 13, 17, 19), 24, 3, 8, padding=1, dtype=dtype, device="cuda")
+    grad_out = torch.randn(5, dtype=dtype, device="cuda")
+    leaves = [args[i] for i in tensor_arg_indices(args)]
+    first = torch.autograd.grad(torch.ops.fused.conv3d_group_norm_mean(*args), leaves, grad_out)
+    again = torch.autograd.grad(torch.ops.fused.conv3d_group_norm_mean(*args), leaves, grad_out)
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
+
+
+@requires_cuda
+def test_onepass_ops_opcheck():
+    """The internal one-pass operators' schemas, Meta kernels and fake-tensor behaviour."""
+    args = conv3d_args((2, 3, 6, 7, 8), 16, 3, 4, device="cuda", requires_grad=False)
+    torch.library.opcheck(torch.ops.fused._conv3d_group_norm_mean_onepass_forward, args)
+    out, mean, rstd, channel_mean = torch.ops.fused._conv3d_group_norm_mean_onepass_forward(*args)
+    backward_args = [torch.randn_like(out), args[0], args[1], args[2], mean, rstd, channel_mean,
+                     args[3], args[4], args[5], args[6], args[7], args[8],
+                     [True, True, True, True, True]]  # fmt: skip
+    torch.library.opcheck(torch.ops.fused._conv3d_group_norm_mean_onepass_backward, backward_args)
+
+
+@requires_cuda
+def test_onepass_ops_reject_problems_outside_the_family():
+    args = conv3d_args((2, 20, 6, 7, 8), 8, 3, 4, device="cuda", requires_grad=False)
+    with pytest.raises(RuntimeError, match="one-pass kernels' family"):
+        torch.ops.fused._conv3d_group_norm_mean_onepass_forward(*args)
+    cpu_args = conv3d_args((2, 3, 6, 7, 8), 8, 3, 4, requires_grad=False)
+    with pytest.raises(RuntimeError, match="one-pass kernels' family"):
+        torch.ops.fused._conv3d_group_norm_mean_onepass_forward(*cpu_args)
 
 
 @requires_cuda
@@ -129,3 +242,5 @@ def test_empty_and_large_batch():
     # More samples than resident blocks: the persistent grid walks every tile.
     args = conv3d_args((600, 2, 5, 6, 7), 8, 3, 2, device="cuda", requires_grad=False)
     _check(args, torch.float32)
+    args = conv3d_args((600, 2, 5, 6, 7), 8, 3, 2, device="cuda", requires_grad=True)
+    check_against_reference(OP, args, grad_rtol=1e-4, grad_atol=5e-5)

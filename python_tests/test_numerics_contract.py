@@ -231,16 +231,23 @@ def test_dispatch_path_cpu(mode):
 @pytest.mark.parametrize("mode", list(MODES))
 def test_dispatch_path_cuda(mode):
     tf32 = MODES[mode]
+    # The one-pass kernels (float32-grade products in both modes), training or not, every
+    # dtype and layout.
     conv3d = conv3d_args((2, 3, 6, 7, 8), 24, 3, 8, device="cuda")
-    # float32 products in both modes (eager's NCDHW kernel for few channels is float32 too).
-    assert _path("conv3d_group_norm_mean", conv3d, mode) == "aten_float32 -> group_norm_mean"
-    cl = list(conv3d)
-    cl[0] = conv3d[0].detach().to(memory_format=torch.channels_last_3d)
+    assert _path("conv3d_group_norm_mean", conv3d, mode) == "onepass"
+    half = conv3d_args((2, 3, 6, 7, 8), 24, 3, 8, device="cuda", dtype=torch.float16)
+    assert _path("conv3d_group_norm_mean", half, mode) == "onepass"
+    # Outside their family (C_in * k^3 = 540 > 512): cuDNN, with float32 products in both
+    # modes (eager's NCDHW kernel for few channels is float32 too).
+    wide = conv3d_args((2, 20, 6, 7, 8), 24, 3, 8, device="cuda")
+    assert _path("conv3d_group_norm_mean", wide, mode) == "aten_float32 -> group_norm_mean"
+    cl = list(wide)
+    cl[0] = wide[0].detach().to(memory_format=torch.channels_last_3d)
     assert (
         _path("conv3d_group_norm_mean", cl, mode) == "aten_float32 -> group_norm_mean_channels_last"
     )
-    half = conv3d_args((2, 3, 6, 7, 8), 24, 3, 8, device="cuda", dtype=torch.float16)
-    assert _path("conv3d_group_norm_mean", half, mode) == "aten -> group_norm_mean"
+    wide_half = conv3d_args((2, 20, 6, 7, 8), 24, 3, 8, device="cuda", dtype=torch.float16)
+    assert _path("conv3d_group_norm_mean", wide_half, mode) == "aten -> group_norm_mean"
     # The transposed-as-forward rewrite: with float32 only where eager's transposed kernel is
     # TF32 too (3x3x3, stride 1, no padding, one group) and TF32 is allowed; always in half.
     k3 = conv_transpose_args((2, 8, 5, 6, 7), 16, 3, 4, conv_bias=False, device="cuda")

@@ -10,6 +10,7 @@
 //
 // The backward formulas are single-differentiable (no double backward).
 #include "common/api.h"
+#include "conv/conv3d_group_norm_mean.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
@@ -237,6 +238,43 @@ class Conv3dGroupNormMeanFunction : public torch::autograd::Function<Conv3dGroup
   }
 };
 
+// The same operator on the one-pass training path (CUDA; conv3d_group_norm_mean.h): saves the
+// statistics, not the convolution's output.
+class Conv3dGroupNormMeanOnePassFunction
+    : public torch::autograd::Function<Conv3dGroupNormMeanOnePassFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
+                            const OptTensor& conv_bias, at::IntArrayRef stride,
+                            at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                            int64_t num_groups, const OptTensor& gn_weight,
+                            const OptTensor& gn_bias, double eps) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto [output, mean, rstd, channel_mean] = api::_conv3d_group_norm_mean_onepass_forward(
+        input, weight, conv_bias, stride, padding, dilation, groups, num_groups, gn_weight, gn_bias,
+        eps);
+    ctx->save_for_backward({input, weight, conv_bias.value_or(at::Tensor()),
+                            gn_weight.value_or(at::Tensor()), mean, rstd, channel_mean});
+    save_presence(ctx,
+                  {true, true, is_defined(conv_bias), is_defined(gn_weight), is_defined(gn_bias)});
+    save_conv_args(ctx, stride, padding, /*output_padding=*/{0, 0, 0}, dilation, groups, num_groups,
+                   is_defined(conv_bias));
+    return output;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    auto& data = ctx->saved_data;
+    auto [grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias] =
+        api::_conv3d_group_norm_mean_onepass_backward(
+            grad_outputs[0], saved[0], saved[1], as_optional(saved[2]), saved[4], saved[5],
+            saved[6], data["stride"].toIntVector(), data["padding"].toIntVector(),
+            data["dilation"].toIntVector(), data["groups"].toInt(), data["num_groups"].toInt(),
+            as_optional(saved[3]), input_grad_mask<5>(ctx));
+    return {grad_input,   grad_weight,  grad_conv_bias, at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), grad_gn_weight, grad_gn_bias, at::Tensor()};
+  }
+};
+
 at::Tensor conv3d_group_norm_mean_autograd(const at::Tensor& input, const at::Tensor& weight,
                                            const OptTensor& conv_bias, at::IntArrayRef stride,
                                            at::IntArrayRef padding, at::IntArrayRef dilation,
@@ -247,6 +285,13 @@ at::Tensor conv3d_group_norm_mean_autograd(const at::Tensor& input, const at::Te
     at::AutoDispatchBelowADInplaceOrView guard;
     return api::conv3d_group_norm_mean(input, weight, conv_bias, stride, padding, dilation, groups,
                                        num_groups, gn_weight, gn_bias, eps);
+  }
+  if (conv::conv3d_group_norm_mean_trains_onepass(input, weight, conv_bias, stride, padding,
+                                                  dilation, groups, num_groups, gn_weight, gn_bias,
+                                                  eps)) {
+    return Conv3dGroupNormMeanOnePassFunction::apply(input, weight, conv_bias, stride, padding,
+                                                     dilation, groups, num_groups, gn_weight,
+                                                     gn_bias, eps);
   }
   return Conv3dGroupNormMeanFunction::apply(input, weight, conv_bias, stride, padding, dilation,
                                             groups, num_groups, gn_weight, gn_bias, eps);

@@ -36,6 +36,10 @@ void register_conv_kernels(torch::Library& m) {
          TORCH_FN(conv::conv_transpose3d_relu_group_norm_backward));
   m.impl("_conv3d_group_norm_mean_forward", TORCH_FN(conv::conv3d_group_norm_mean_forward));
   m.impl("_conv3d_group_norm_mean_backward", TORCH_FN(conv::conv3d_group_norm_mean_backward));
+  m.impl("_conv3d_group_norm_mean_onepass_forward",
+         TORCH_FN(conv::conv3d_group_norm_mean_onepass_forward));
+  m.impl("_conv3d_group_norm_mean_onepass_backward",
+         TORCH_FN(conv::conv3d_group_norm_mean_onepass_backward));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 
 namespace fused_ops {
@@ -17,6 +18,12 @@ namespace {
 
 constexpr const char* kName = "fused::conv3d_group_norm_mean";
 constexpr const char* kBackwardName = "fused::conv3d_group_norm_mean (backward)";
+constexpr const char* kOnePassName = "fused::_conv3d_group_norm_mean_onepass_forward";
+constexpr const char* kOnePassBackwardName = "fused::_conv3d_group_norm_mean_onepass_backward";
+
+bool has_concrete_sizes(const at::Tensor& t) {
+  return c10::asIntArrayRefSlowOpt(t.sym_sizes()).has_value();
+}
 
 // The one-pass kernels' parameters of a checked call (data pointers unset).
 Conv3dGroupNormMeanParams onepass_params(const at::Tensor& input, const at::Tensor& weight,
@@ -45,6 +52,7 @@ Conv3dGroupNormMeanParams onepass_params(const at::Tensor& input, const at::Tens
   s.groups = p.groups;
   params.num_groups = shapes.group_norm.G;
   params.eps = eps;
+  params.allow_tensor_cores = true;
   return params;
 }
 
@@ -53,7 +61,8 @@ Conv3dGroupNormMeanParams onepass_params(const at::Tensor& input, const at::Tens
 const OnePassCudaKernel* onepass_kernel(const at::Tensor& input,
                                         const Conv3dGroupNormMeanParams& params) {
   const OnePassCudaKernel* kernel = FUSED_OPS_CUDA_KERNEL(conv3d_group_norm_mean_onepass_cuda);
-  if (kernel == nullptr || !input.is_cuda() || input.numel() == 0) {
+  if (kernel == nullptr || !input.is_cuda() || input.is_meta() || !has_concrete_sizes(input) ||
+      input.numel() == 0) {
     return nullptr;
   }
   const c10::DeviceGuard device_guard(input.device());
@@ -87,6 +96,40 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> onepass_forward(
   params.channel_mean = channel_mean.mutable_data_ptr();
   run_cuda_kernel(kName, x, params, kernel.kernel);
   return {out, mean, rstd, channel_mean};
+}
+
+// The forward of a training step: in float32 by the direct kernel (FFMA), whose statistics
+// match the backward's FFMA recomputation of the convolution (the backward's dy is
+// alpha * (y - channel mean) + gamma: a channel mean from other rounding than the recomputed
+// y leaves a constant error in dy that sums over every position, as measured on an H100:
+// weight gradient 2.6x eager's error with tensor-core statistics).
+Conv3dGroupNormMeanParams training_forward(Conv3dGroupNormMeanParams params) {
+  params.allow_tensor_cores = false;
+  return params;
+}
+
+// The one-pass backward's parameters for the forward's (data pointers unset).
+Conv3dGroupNormMeanBackwardParams onepass_backward_params(
+    const Conv3dGroupNormMeanParams& forward) {
+  Conv3dGroupNormMeanBackwardParams params{};
+  params.dtype = forward.dtype;
+  params.conv = forward.conv;
+  params.num_groups = forward.num_groups;
+  return params;
+}
+
+// Whether a call that autograd records trains through the one-pass kernels: a non-empty CUDA
+// problem with concrete sizes (not a trace with symbolic ones) in the family of both the
+// one-pass forward and backward on its device.
+bool trains_onepass(const at::Tensor& input, const at::Tensor& weight,
+                    const Conv3dGroupNormMeanParams& params) {
+  const OnePassBackwardCudaKernel* backward =
+      FUSED_OPS_CUDA_KERNEL(conv3d_group_norm_mean_onepass_backward_cuda);
+  if (backward == nullptr || onepass_kernel(input, training_forward(params)) == nullptr) {
+    return false;
+  }
+  const c10::DeviceGuard device_guard(input.device());
+  return backward->supported(onepass_backward_params(params));
 }
 
 // The forward through ATen's convolution (the conv output saved for backward), for checked
@@ -158,9 +201,12 @@ std::string conv3d_group_norm_mean_path(const at::Tensor& input, const at::Tenso
       at::GradMode::is_enabled() &&
       (input.requires_grad() || weight.requires_grad() || requires_grad(conv_bias) ||
        requires_grad(gn_weight) || requires_grad(gn_bias));
-  if (!records_grad && !input.is_meta() &&
-      onepass_kernel(input, onepass_params(input, weight, params, shapes, eps)) != nullptr) {
-    return "onepass";
+  if (!input.is_meta() && has_concrete_sizes(input)) {
+    const Conv3dGroupNormMeanParams onepass = onepass_params(input, weight, params, shapes, eps);
+    if (records_grad ? trains_onepass(input, weight, onepass)
+                     : onepass_kernel(input, onepass) != nullptr) {
+      return "onepass";
+    }
   }
   return std::string(conv_path_name(
              select_conv_path(input, weight, params, ConvConsumer::kGroupNormMean))) +
@@ -183,7 +229,7 @@ at::Tensor conv3d_group_norm_mean(const at::Tensor& input, const at::Tensor& wei
       kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
   // (Below autograd: this kernel runs when no gradient is needed, so nothing is saved and the
   // one-pass kernels can run where they apply.)
-  if (!input.is_meta()) {
+  if (!input.is_meta() && has_concrete_sizes(input)) {
     const Conv3dGroupNormMeanParams onepass = onepass_params(input, weight, params, shapes, eps);
     if (const OnePassCudaKernel* kernel = onepass_kernel(input, onepass)) {
       return std::get<0>(
@@ -192,6 +238,110 @@ at::Tensor conv3d_group_norm_mean(const at::Tensor& input, const at::Tensor& wei
   }
   return std::get<0>(
       forward_prechecked(input, weight, conv_bias, params, shapes, gn_weight, gn_bias, eps));
+}
+
+bool conv3d_group_norm_mean_trains_onepass(const at::Tensor& input, const at::Tensor& weight,
+                                           const c10::optional<at::Tensor>& conv_bias,
+                                           at::IntArrayRef stride, at::IntArrayRef padding,
+                                           at::IntArrayRef dilation, int64_t groups,
+                                           int64_t num_groups,
+                                           const c10::optional<at::Tensor>& gn_weight,
+                                           const c10::optional<at::Tensor>& gn_bias, double eps) {
+  if (!input.is_cuda() || input.is_meta() || !has_concrete_sizes(input) ||
+      !has_concrete_sizes(weight)) {
+    return false;
+  }
+  const Conv3dParams params = make_conv3d_params(kName, stride, padding, /*output_padding=*/{},
+                                                 dilation, groups, /*transposed=*/false);
+  const ConvGroupNormShapes shapes = check_conv_group_norm_args(
+      kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
+  return trains_onepass(input, weight, onepass_params(input, weight, params, shapes, eps));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv3d_group_norm_mean_onepass_forward(
+    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+    int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+    const c10::optional<at::Tensor>& gn_bias, double eps) {
+  const Conv3dParams params = make_conv3d_params(kOnePassName, stride, padding,
+                                                 /*output_padding=*/{}, dilation, groups,
+                                                 /*transposed=*/false);
+  const ConvGroupNormShapes shapes = check_conv_group_norm_args(
+      kOnePassName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
+  if (input.is_meta()) {
+    const c10::SymInt& N = shapes.group_norm.N;
+    return {at::empty_symint({N}, input.options()), empty_stats(input, N, shapes.group_norm.G),
+            empty_stats(input, N, shapes.group_norm.G), empty_stats(input, N, shapes.group_norm.C)};
+  }
+  const Conv3dGroupNormMeanParams onepass =
+      training_forward(onepass_params(input, weight, params, shapes, eps));
+  TORCH_CHECK(trains_onepass(input, weight, onepass), kOnePassName,
+              ": expected a non-empty CUDA problem in the one-pass kernels' family (see "
+              "fused::_conv3d_group_norm_mean_path), got input of shape ",
+              input.sizes(), " on ", input.device(), " and weight of shape ", weight.sizes());
+  return onepass_forward(input, weight, conv_bias, gn_weight, gn_bias,
+                         *onepass_kernel(input, onepass), onepass);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+conv3d_group_norm_mean_onepass_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    const c10::optional<at::Tensor>& conv_bias, const at::Tensor& mean, const at::Tensor& rstd,
+    const at::Tensor& channel_mean, at::IntArrayRef stride, at::IntArrayRef padding,
+    at::IntArrayRef dilation, int64_t groups, int64_t num_groups,
+    const c10::optional<at::Tensor>& gn_weight, std::array<bool, 5> output_mask) {
+  const Conv3dParams params = make_conv3d_params(kOnePassBackwardName, stride, padding,
+                                                 /*output_padding=*/{}, dilation, groups,
+                                                 /*transposed=*/false);
+  const ConvGroupNormShapes shapes =
+      check_conv_group_norm_args(kOnePassBackwardName, input, weight, conv_bias, params, num_groups,
+                                 gn_weight, c10::nullopt, /*eps=*/0.0);
+  check_group_norm_backward_args(kOnePassBackwardName, grad_output, {shapes.group_norm.N}, input,
+                                 shapes.group_norm, mean, rstd, &channel_mean);
+  const bool has_conv_bias = conv_bias.has_value() && conv_bias->defined();
+  const bool has_gn_weight = gn_weight.has_value() && gn_weight->defined();
+  const auto zeros_like_param = [&](bool wanted) {
+    return wanted ? at::zeros_symint({shapes.group_norm.C}, input.options()) : at::Tensor();
+  };
+  at::Tensor grad_input =
+      output_mask[0] ? at::empty_symint(input.sym_sizes(), input.options()) : at::Tensor();
+  at::Tensor grad_weight =
+      output_mask[1] ? at::empty_symint(weight.sym_sizes(), weight.options()) : at::Tensor();
+  at::Tensor grad_conv_bias = zeros_like_param(output_mask[2] && has_conv_bias);
+  at::Tensor grad_gn_weight = zeros_like_param(output_mask[3] && has_gn_weight);
+  at::Tensor grad_gn_bias = zeros_like_param(output_mask[4]);
+  if (input.is_meta()) {
+    return {grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias};
+  }
+  const Conv3dGroupNormMeanParams forward = onepass_params(input, weight, params, shapes, 0.0);
+  TORCH_CHECK(trains_onepass(input, weight, forward), kOnePassBackwardName,
+              ": expected a non-empty CUDA problem in the one-pass kernels' family (see "
+              "fused::_conv3d_group_norm_mean_path), got input of shape ",
+              input.sizes(), " on ", input.device(), " and weight of shape ", weight.sizes());
+  Conv3dGroupNormMeanBackwardParams p = onepass_backward_params(forward);
+  const at::Tensor go = grad_output.contiguous();
+  const at::Tensor x = input.contiguous();
+  const at::Tensor w = weight.contiguous();
+  const at::Tensor cb = contiguous_or_undefined(conv_bias);
+  const at::Tensor gw = contiguous_or_undefined(gn_weight);
+  const at::Tensor m = mean.contiguous(), r = rstd.contiguous(), cm = channel_mean.contiguous();
+  p.grad_output = go.const_data_ptr();
+  p.x = x.const_data_ptr();
+  p.weight = w.const_data_ptr();
+  p.conv_bias = data_or_null(cb);
+  p.gn_weight = data_or_null(gw);
+  p.mean = m.const_data_ptr();
+  p.rstd = r.const_data_ptr();
+  p.channel_mean = cm.const_data_ptr();
+  p.dx = mutable_data_or_null(grad_input);  // (contiguous, as allocated above)
+  p.dweight = mutable_data_or_null(grad_weight);
+  p.dconv_bias = mutable_data_or_null(grad_conv_bias);
+  p.dgn_weight = mutable_data_or_null(grad_gn_weight);
+  p.dgn_bias = mutable_data_or_null(grad_gn_bias);
+  const OnePassBackwardCudaKernel* backward =
+      FUSED_OPS_CUDA_KERNEL(conv3d_group_norm_mean_onepass_backward_cuda);
+  run_cuda_kernel(kOnePassBackwardName, x, p, backward->kernel);
+  return {grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias};
 }
 
 }  // namespace conv

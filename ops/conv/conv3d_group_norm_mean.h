@@ -51,6 +51,35 @@ std::string conv3d_group_norm_mean_path(const at::Tensor& input, const at::Tenso
                                         const c10::optional<at::Tensor>& gn_weight,
                                         const c10::optional<at::Tensor>& gn_bias, double eps);
 
+// The one-pass training path (CUDA, the problems of the one-pass kernels' family: see
+// conv_kernels.h): the forward saves only per-(n, g) and per-(n, c) statistics, and the
+// backward recomputes the convolution's output where it needs it. The Autograd kernel takes it
+// where conv3d_group_norm_mean_trains_onepass says so (and the debug query reports "onepass").
+bool conv3d_group_norm_mean_trains_onepass(const at::Tensor& input, const at::Tensor& weight,
+                                           const c10::optional<at::Tensor>& conv_bias,
+                                           at::IntArrayRef stride, at::IntArrayRef padding,
+                                           at::IntArrayRef dilation, int64_t groups,
+                                           int64_t num_groups,
+                                           const c10::optional<at::Tensor>& gn_weight,
+                                           const c10::optional<at::Tensor>& gn_bias, double eps);
+
+// Returns (output, mean, rstd, channel_mean).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv3d_group_norm_mean_onepass_forward(
+    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+    int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+    const c10::optional<at::Tensor>& gn_bias, double eps);
+
+// Returns (grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias), each
+// undefined where output_mask is false or the parameter is absent.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+conv3d_group_norm_mean_onepass_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    const c10::optional<at::Tensor>& conv_bias, const at::Tensor& mean, const at::Tensor& rstd,
+    const at::Tensor& channel_mean, at::IntArrayRef stride, at::IntArrayRef padding,
+    at::IntArrayRef dilation, int64_t groups, int64_t num_groups,
+    const c10::optional<at::Tensor>& gn_weight, std::array<bool, 5> output_mask);
+
 // The public operator: the forward's output alone.
 at::Tensor conv3d_group_norm_mean(const at::Tensor& input, const at::Tensor& weight,
                                   const c10::optional<at::Tensor>& conv_bias,

@@ -40,6 +40,7 @@
 #include "common/cuda/cuda_kernel.cuh"
 #include "common/cuda/launch_utils.cuh"
 #include "common/cuda/scalar_ops.cuh"
+#include "conv/conv_input_box.cuh"
 #include "conv/conv_kernels.h"
 #include "norm/group_norm_math.h"
 
@@ -120,22 +121,13 @@ __host__ __device__ __forceinline__ int64_t box_count(const conv::OnePassPlan& p
          min64(plan.TW, s.Wo - bw * plan.TW);
 }
 
-// Offset of tap k = (ci, kd, kh, kw) in the footprint, relative to a position's first tap.
+// Offset of tap k in the footprint, relative to a position's first tap.
 // The tensor-core kernel's padded taps (K <= k < k_pad, whose weights are zero) read the
 // first tap again: an input of that position's own window, so their product is 0 where the
 // input is finite, and non-finite only where that position's output is already.
 __device__ __forceinline__ int tap_offset(int k, const conv::OnePassPlan& plan,
                                           const conv::Conv3dShape& s) {
-  if (k >= plan.K) {
-    return 0;
-  }
-  const int64_t ci = k / (s.kD * s.kH * s.kW);
-  const int64_t kd = (k / (s.kH * s.kW)) % s.kD;
-  const int64_t kh = (k / s.kW) % s.kH;
-  const int64_t kw = k % s.kW;
-  return static_cast<int>(((ci * plan.FD + kd * s.dilation[0]) * plan.FH + kh * s.dilation[1]) *
-                              plan.FW +
-                          kw * s.dilation[2]);
+  return k >= plan.K ? 0 : tap_offset_in_box(k, s, plan.FD, plan.FH, plan.FW);
 }
 
 // A box position's offset in the footprint, and its (td, th, tw) packed in 10-bit fields
@@ -168,80 +160,25 @@ __device__ __forceinline__ bool inside(unsigned packed, const Tile& t) {
          static_cast<int>(packed & 0x3ffu) < t.nw;
 }
 
-// Walks the tile's input footprint, one (ci, fd, fh) row per warp at a time (the row indices
-// advance by carries, not divisions): put(i, src, inside) for footprint element i, whose
-// input is *src where `inside` (else zero: the padding; src is then the sample's start).
-template <typename T, typename Put>
-__device__ __forceinline__ void walk_footprint(const T* __restrict__ x, const Tile& t,
-                                               const conv::OnePassPlan& plan,
-                                               const conv::Conv3dShape& s, const Put& put) {
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  const int FD = static_cast<int>(plan.FD), FH = static_cast<int>(plan.FH),
-            FW = static_cast<int>(plan.FW);
-  const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);
-  const int id0 = t.od0 * static_cast<int>(s.stride[0]) - static_cast<int>(s.padding[0]);
-  const int ih0 = t.oh0 * static_cast<int>(s.stride[1]) - static_cast<int>(s.padding[1]);
-  const int iw0 = t.ow0 * static_cast<int>(s.stride[2]) - static_cast<int>(s.padding[2]);
-  const int c_in_g = static_cast<int>(plan.c_in_g);
-  const T* sample = x + (t.n * s.C_in + t.g * plan.c_in_g) * s.D * s.H * s.W;
-  int fh = warp % FH;
-  int plane = warp / FH;  // ci * FD + fd
-  int fd = plane % FD;
-  int ci = plane / FD;
-  for (int r = warp; ci < c_in_g; r += kWarpsPerBlock) {
-    const int id = id0 + fd;
-    const int ih = ih0 + fh;
-    const bool row_inside = id >= 0 && id < D && ih >= 0 && ih < H;
-    const T* src =
-        sample + (static_cast<int64_t>(ci) * D + id) * H * W + static_cast<int64_t>(ih) * W;
-    for (int fw = lane; fw < FW; fw += kWarpSize) {
-      const int iw = iw0 + fw;
-      const bool inside = row_inside && iw >= 0 && iw < W;
-      put(r * FW + fw, inside ? src + iw : sample, inside);
-    }
-    fh += kWarpsPerBlock;
-    while (fh >= FH) {
-      fh -= FH;
-      if (++fd == FD) {
-        fd = 0;
-        ++ci;
-      }
-    }
-  }
+// The tile's input footprint: the box of input channels (those of the tile's conv group)
+// and positions its outputs read.
+__device__ __forceinline__ InputBox footprint_of(const Tile& t, const conv::OnePassPlan& plan,
+                                                 const conv::Conv3dShape& s) {
+  return InputBox{static_cast<int>(plan.c_in_g),
+                  t.od0 * static_cast<int>(s.stride[0]) - static_cast<int>(s.padding[0]),
+                  t.oh0 * static_cast<int>(s.stride[1]) - static_cast<int>(s.padding[1]),
+                  t.ow0 * static_cast<int>(s.stride[2]) - static_cast<int>(s.padding[2]),
+                  static_cast<int>(plan.FD),
+                  static_cast<int>(plan.FH),
+                  static_cast<int>(plan.FW)};
 }
 
-// The footprint into x_s through registers (converted to the accumulation type).
-template <typename T, typename acc_t>
-__device__ __forceinline__ void load_footprint(const T* __restrict__ x, acc_t* x_s, const Tile& t,
-                                               const conv::OnePassPlan& plan,
-                                               const conv::Conv3dShape& s) {
-  walk_footprint(x, t, plan, s, [&](int i, const T* src, bool inside) {
-    x_s[i] = inside ? ScalarOps<T>::to_acc(*src) : acc_t(0);
-  });
-}
-
-// A float footprint into x_s by asynchronous copies (cp.async, zero-filled outside the input):
-// every load of the warp is in flight at once, none waits in a register for its store. The
-// caller waits (cp_async_wait_all) before the barrier that publishes x_s.
-__device__ __forceinline__ void load_footprint_async(const float* __restrict__ x, float* x_s,
-                                                     const Tile& t, const conv::OnePassPlan& plan,
-                                                     const conv::Conv3dShape& s) {
-  walk_footprint(x, t, plan, s, [&](int i, const float* src, bool inside) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(x_s + i));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(inside ? 4 : 0));
-#else
-    x_s[i] = inside ? *src : 0.0f;
-#endif
-  });
-}
-
-__device__ __forceinline__ void cp_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-#endif
+// The first input channel of tile t's sample and conv group.
+template <typename T>
+__device__ __forceinline__ const T* group_input(const void* x, const Tile& t,
+                                                const conv::OnePassPlan& plan,
+                                                const conv::Conv3dShape& s) {
+  return static_cast<const T*>(x) + (t.n * s.C_in + t.g * plan.c_in_g) * s.D * s.H * s.W;
 }
 
 // Ends one of the two epilogue passes (sums, then squared deviations from the tile means),
@@ -307,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_direct_kernel(const Kerne
       }
       loaded_chunk = t.chunk;
     }
-    load_footprint(static_cast<const T*>(a.p.x), x_s, t, plan, s);
+    load_input_box(group_input<T>(a.p.x, t, plan, s), x_s, s, footprint_of(t, plan, s));
     __syncthreads();
 
     unsigned valid = 0;  // bit j: position j is an output
@@ -385,12 +322,18 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_direct_kernel(const Kerne
 // ---------------------------------------------------------------------------------------
 // The tensor-core kernel (float32).
 
-// x = high + low with high = x's TF32 part (its low 13 mantissa bits cleared: one logic op;
-// exact) and low = x - high (exact in float: at most 13 significant bits). The tensor cores
-// read low's top 11 significand bits, dropping at most 2^-13 of low, 2^-23 of x: the split
-// carries x to float32 precision (cvt.rna.tf32 would cost several instructions per element).
+// x = high + low with high = x rounded to TF32 (to nearest: add half of the dropped 13
+// mantissa bits' range, then clear them; two integer ops) and low = x - high (exact in
+// float). The tensor cores read low's top 11 significand bits and the product drops
+// low_a * low_b: both errors are ~2^-22 of the product and, because rounding to nearest
+// leaves low of either sign, they average out. (Truncating high instead, one op cheaper,
+// leaves low with x's sign: every product then comes out ~5e-7 too small in magnitude, a
+// bias that the GroupNorm statistics, sums of ~10^6 products, do not average away.)
+// Overflow past the largest float rounds to infinity, as cvt.rna.tf32.f32 does; a NaN stays
+// NaN except for payloads whose 11 mantissa bits above the dropped ones are all set (the
+// carry reaches the exponent), which PyTorch's canonical NaN is not.
 __device__ __forceinline__ void split_tf32(float x, uint32_t& high, uint32_t& low) {
-  high = __float_as_uint(x) & 0xffffe000u;
+  high = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
   low = __float_as_uint(x - __uint_as_float(high));
 }
 
@@ -472,7 +415,7 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
       }
       loaded_chunk = t.chunk;
     }
-    load_footprint_async(static_cast<const float*>(a.p.x), x_s, t, plan, s);
+    load_input_box_async(group_input<float>(a.p.x, t, plan, s), x_s, s, footprint_of(t, plan, s));
     cp_async_wait_all();
     __syncthreads();
 
@@ -661,7 +604,7 @@ DeviceLimits device_limits() {
 conv::OnePassPlan plan_for(const conv::Conv3dGroupNormMeanParams& p) {
   const DeviceLimits limits = device_limits();
   return conv::plan_conv3d_group_norm_mean_onepass(p.conv, p.dtype, limits.shared_memory,
-                                                   limits.tensor_cores);
+                                                   limits.tensor_cores && p.allow_tensor_cores);
 }
 
 // Launches `moments` on a persistent grid (the blocks that fit on the device at once), then

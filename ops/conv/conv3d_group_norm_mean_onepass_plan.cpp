@@ -11,6 +11,14 @@
 // conv output, never written) do not: past a few hundred, cuDNN's implicit GEMM is the
 // better path, and the output pass it adds matters less.
 //
+// Tensor cores: float32 products through split TF32 are float32-grade, but the tensor cores
+// add into their float32 accumulator without rounding to nearest, and that error grows with
+// the reduction's length: measured on an H100 (2026-11-22, benchmarks/numerics.py, TF32 off),
+// at C_in = 16, k = 3 (K = 432) the output's error against float64 was 4.7x eager's and the
+// GroupNorm weight's gradient 8.7x; at the headline's K = 81, within 2x. So the tensor-core
+// kernel takes reductions up to kOnePassTensorCoreMaxReduction = 128, the direct kernel
+// (FFMA, rounding every step) the longer ones.
+//
 // Box choice: every block runs `capacity` position slots, whatever the box's volume, so the
 // plan minimises (boxes per sample) * (slot work + footprint loads) over the boxes that fit:
 // the widest useful rows first (TW = Wo up to 64, else 32, 16, 8), then the (TD, TH) with the
@@ -30,7 +38,7 @@ size_t round_up_16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 }  // namespace
 
 OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind dtype,
-                                                size_t smem_limit, bool tensor_cores_available) {
+                                                size_t smem_limit, bool tensor_cores) {
   OnePassPlan plan;
   if (s.groups <= 0 || s.C_in % s.groups != 0 || s.C_out % s.groups != 0 || s.N <= 0 || s.Do <= 0 ||
       s.Ho <= 0 || s.Wo <= 0) {
@@ -41,13 +49,14 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
     return plan;
   }
   const size_t acc_bytes = dtype == ScalarKind::kDouble ? 8 : 4;
-  plan.tensor_cores = dtype == ScalarKind::kFloat && tensor_cores_available;
   plan.c_in_g = s.C_in / s.groups;
   plan.c_out_g = s.C_out / s.groups;
   plan.K = plan.c_in_g * s.kD * s.kH * s.kW;
   if (plan.K > kOnePassMaxReduction) {
     return plan;
   }
+  plan.tensor_cores =
+      dtype == ScalarKind::kFloat && tensor_cores && plan.K <= kOnePassTensorCoreMaxReduction;
   plan.k_pad = plan.tensor_cores ? ceil_div(plan.K, 8) * 8 : plan.K;
   plan.capacity = plan.tensor_cores ? kOnePassTensorCoreCapacity : kOnePassDirectCapacity;
   // Channels per block: 24, 16 or 8, whichever wastes the fewest channel slots (the larger on
@@ -125,6 +134,122 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
   }
   // Per tile, a (mean, M2) pair of doubles per channel of the chunk.
   plan.workspace_bytes = static_cast<size_t>(plan.tiles * plan.cb) * 2 * sizeof(double);
+  plan.supported = true;
+  return plan;
+}
+
+// The backward plan. Family: the forward's (reduction length at most kOnePassMaxReduction),
+// whose boxes fit the shared memory.
+//
+// Along one dim, the outputs whose gradient reaches input positions [p0, p0 + B) are the s
+// with s * stride - padding + k * dilation in that range for some tap k: at most
+// (B - 1 + (k - 1) * dilation) / stride + 1 of them (and at most the output size); their input
+// footprint spans (R - 1) * stride + (k - 1) * dilation + 1 positions.
+//
+// Box choice: per box, the kernel recomputes the convolution over the region (R positions)
+// and computes two products over the box (input gradient; weight gradient of the owned
+// outputs, about one per input position at stride 1), so the plan minimises
+// (boxes per sample) * (region + 2 * box) * K, plus the footprint's loads (by rows of 32).
+OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dShape& s,
+                                                                 ScalarKind dtype,
+                                                                 size_t smem_limit) {
+  OnePassBackwardPlan plan;
+  if (s.groups <= 0 || s.C_in % s.groups != 0 || s.C_out % s.groups != 0 || s.N <= 0 || s.Do <= 0 ||
+      s.Ho <= 0 || s.Wo <= 0 || s.D <= 0 || s.H <= 0 || s.W <= 0) {
+    return plan;
+  }
+  const size_t acc_bytes = dtype == ScalarKind::kDouble ? 8 : 4;
+  constexpr int64_t cb = kOnePassBackwardChannels;
+  plan.c_in_g = s.C_in / s.groups;
+  plan.c_out_g = s.C_out / s.groups;
+  plan.K = plan.c_in_g * s.kD * s.kH * s.kW;
+  if (plan.K > kOnePassMaxReduction) {
+    return plan;
+  }
+  plan.chunks = ceil_div(plan.c_out_g, cb);
+  // The weight-gradient product's units: pairs of taps x splits of the region, ~256 of them.
+  plan.dw_splits = std::max<int64_t>(1, 256 / ceil_div(plan.K, 2));
+  plan.koff_offset = round_up_16(plan.K * cb * acc_bytes);
+  plan.region_offset = plan.koff_offset + round_up_16(plan.K * sizeof(int));
+
+  auto region_of = [](int64_t B, int64_t k, int64_t stride, int64_t dilation, int64_t out) {
+    return std::min(out, (B - 1 + (k - 1) * dilation) / stride + 1);
+  };
+  auto footprint_of = [](int64_t R, int64_t k, int64_t stride, int64_t dilation) {
+    return (R - 1) * stride + (k - 1) * dilation + 1;
+  };
+  double best_cost = std::numeric_limits<double>::infinity();
+  const int64_t bw_options[] = {std::min<int64_t>(s.W, 32), std::min<int64_t>(s.W, 16),
+                                std::min<int64_t>(s.W, 8), std::min<int64_t>(s.W, 4)};
+  for (const int64_t BW : bw_options) {
+    for (int64_t BH = 1; BH <= std::min(s.H, kOnePassBackwardBoxCapacity / BW); ++BH) {
+      for (int64_t BD = 1; BD <= std::min(s.D, kOnePassBackwardBoxCapacity / (BW * BH)); ++BD) {
+        const int64_t RD = region_of(BD, s.kD, s.stride[0], s.dilation[0], s.Do);
+        const int64_t RH = region_of(BH, s.kH, s.stride[1], s.dilation[1], s.Ho);
+        const int64_t RW = region_of(BW, s.kW, s.stride[2], s.dilation[2], s.Wo);
+        const int64_t FD = footprint_of(RD, s.kD, s.stride[0], s.dilation[0]);
+        const int64_t FH = footprint_of(RH, s.kH, s.stride[1], s.dilation[1]);
+        const int64_t FW = footprint_of(RW, s.kW, s.stride[2], s.dilation[2]);
+        const int64_t region = RD * RH * RW;
+        const int64_t footprint = plan.c_in_g * FD * FH * FW;
+        const int64_t box = BD * BH * BW;
+        // (Offsets into the footprint are 30-bit: the region table keeps a flag in bit 30.)
+        if (footprint >= (int64_t{1} << 30)) {
+          continue;
+        }
+        const size_t footprint_offset = plan.region_offset + round_up_16(region * sizeof(int));
+        const size_t dy_offset = footprint_offset + round_up_16(footprint * acc_bytes);
+        const size_t dx_offset = dy_offset + round_up_16(region * cb * acc_bytes);
+        const size_t dw_offset = dx_offset + round_up_16(plan.c_in_g * box * acc_bytes);
+        const size_t coef_offset =
+            dw_offset + round_up_16(plan.dw_splits * plan.K * cb * acc_bytes);
+        const size_t smem = coef_offset + round_up_16(3 * cb * acc_bytes);
+        if (smem > smem_limit) {
+          continue;
+        }
+        const int64_t boxes = ceil_div(s.D, BD) * ceil_div(s.H, BH) * ceil_div(s.W, BW);
+        // (A warp loads a footprint row of up to 32 elements at once: narrow rows waste lanes.)
+        const int64_t row_loads = plan.c_in_g * FD * FH * ceil_div(FW, 32) * 32;
+        const double cost = static_cast<double>(boxes) *
+                            (static_cast<double>((region + 2 * box) * plan.K * plan.c_out_g) +
+                             8.0 * static_cast<double>(row_loads));
+        if (cost < best_cost) {
+          best_cost = cost;
+          plan.BD = BD;
+          plan.BH = BH;
+          plan.BW = BW;
+          plan.box = box;
+          plan.RD = RD;
+          plan.RH = RH;
+          plan.RW = RW;
+          plan.region = region;
+          plan.FD = FD;
+          plan.FH = FH;
+          plan.FW = FW;
+          plan.footprint = footprint;
+          plan.footprint_offset = footprint_offset;
+          plan.dy_offset = dy_offset;
+          plan.dx_offset = dx_offset;
+          plan.dw_offset = dw_offset;
+          plan.coef_offset = coef_offset;
+          plan.smem_bytes = smem;
+        }
+      }
+    }
+  }
+  if (plan.BD == 0) {
+    return plan;  // no box fits
+  }
+  plan.boxes_d = ceil_div(s.D, plan.BD);
+  plan.boxes_h = ceil_div(s.H, plan.BH);
+  plan.boxes_w = ceil_div(s.W, plan.BW);
+  plan.boxes = plan.boxes_d * plan.boxes_h * plan.boxes_w;
+  plan.tiles = s.N * s.groups * plan.boxes;
+  // (The kernel indexes tiles, sizes and a sample's elements in 32 bits.)
+  constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
+  if (plan.tiles > kMax32 || s.D * s.H * s.W > kMax32 || s.Do * s.Ho * s.Wo > kMax32) {
+    return plan;
+  }
   plan.supported = true;
   return plan;
 }

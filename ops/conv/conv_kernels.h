@@ -33,6 +33,9 @@ struct Conv3dGroupNormMeanParams {
   Conv3dShape conv;
   int64_t num_groups;  // GroupNorm's
   double eps;
+  // float32 may run on the split-TF32 tensor-core kernel (else the direct kernel's FFMA: the
+  // training forward, whose statistics the backward's FFMA recomputation must match).
+  bool allow_tensor_cores;
   const void* x;
   const void* weight;
   const void* conv_bias;
@@ -69,8 +72,10 @@ struct OnePassPlan {
   size_t workspace_bytes = 0;
 };
 
-// The largest reduction length (C_in / groups * kD * kH * kW) of the one-pass family.
+// The largest reduction length (C_in / groups * kD * kH * kW) of the one-pass family, and of
+// its tensor-core kernel (see conv3d_group_norm_mean_onepass_plan.cpp).
 constexpr int64_t kOnePassMaxReduction = 512;
+constexpr int64_t kOnePassTensorCoreMaxReduction = 128;
 // Output positions per block and tile: the direct kernel's (128 position threads, 8
 // positions each) and the tensor-core kernel's (8 warps, 4 m16 tiles each).
 constexpr int64_t kOnePassDirectCapacity = 1024;
@@ -79,10 +84,11 @@ constexpr int64_t kOnePassTensorCoreCapacity = 512;
 constexpr int64_t kOnePassScratchPerChannel = 10;
 
 // The plan for `s` in `dtype`, with at most `smem_limit` bytes of shared memory per block;
-// float32 takes the tensor-core kernel where `tensor_cores_available` (compute capability
-// 8.0 or newer). plan.supported says whether the problem is in the family.
+// float32 takes the tensor-core kernel where `tensor_cores` (allowed, and compute capability
+// 8.0 or newer) and the reduction is at most kOnePassTensorCoreMaxReduction. plan.supported
+// says whether the problem is in the family.
 OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind dtype,
-                                                size_t smem_limit, bool tensor_cores_available);
+                                                size_t smem_limit, bool tensor_cores);
 
 // The one-pass CUDA kernels (defined only in builds with CUDA): `supported` says whether a
 // problem is in the family on the current device (its plan fits the device's shared
@@ -92,6 +98,72 @@ struct OnePassCudaKernel {
   CudaKernel<Conv3dGroupNormMeanParams> kernel;
 };
 extern const OnePassCudaKernel conv3d_group_norm_mean_onepass_cuda;
+
+// conv3d_group_norm_mean backward from the forward's statistics alone (the convolution's output
+// is recomputed, never stored): x, weight as in the forward; grad_output (N); mean, rstd
+// (N, num_groups) and channel_mean (N, C_out, conv bias included) as the forward saved them
+// (float; double for double). Gradients are written where their pointer is not null: dx like x,
+// dweight like weight, dconv_bias, dgn_weight, dgn_bias (C_out).
+struct Conv3dGroupNormMeanBackwardParams {
+  ScalarKind dtype;
+  Conv3dShape conv;
+  int64_t num_groups;
+  const void* grad_output;
+  const void* x;
+  const void* weight;
+  const void* conv_bias;
+  const void* gn_weight;
+  const void* mean;
+  const void* rstd;
+  const void* channel_mean;
+  void* dx;
+  void* dweight;
+  void* dconv_bias;
+  void* dgn_weight;
+  void* dgn_bias;
+};
+
+// How the one-pass backward kernel (conv3d_group_norm_mean_onepass_backward_cuda.cu) cuts a
+// problem: each block takes a box of BD x BH x BW input positions of one sample and conv group
+// (a tile), recomputes the convolution's output over the region of output positions whose
+// gradient reaches the box (at most RD x RH x RW; its input footprint, FD x FH x FW per input
+// channel, sits in shared memory), and from it the input gradient of the box and the weight
+// gradient's share of the output positions the box owns, kOnePassBackwardChannels output
+// channels at a time.
+struct OnePassBackwardPlan {
+  bool supported = false;
+  int64_t c_in_g = 0, c_out_g = 0;
+  int64_t K = 0;       // reduction length: c_in_g * kD * kH * kW
+  int64_t chunks = 0;  // channel chunks per conv group
+  int64_t BD = 0, BH = 0, BW = 0, box = 0;
+  int64_t RD = 0, RH = 0, RW = 0, region = 0;
+  int64_t FD = 0, FH = 0, FW = 0, footprint = 0;
+  int64_t boxes_d = 0, boxes_h = 0, boxes_w = 0, boxes = 0;
+  int64_t tiles = 0;      // N * groups * boxes
+  int64_t dw_splits = 0;  // thread groups that split the region in the weight-gradient product
+  // Shared memory, in bytes: the chunk's weights at 0 ([K][8]), then the taps' offsets [K],
+  // the region table [region], the footprint, the output gradient [region][8], the input
+  // gradient [c_in_g][box], the weight-gradient splits [dw_splits][K][8], the coefficients.
+  size_t koff_offset = 0, region_offset = 0, footprint_offset = 0, dy_offset = 0, dx_offset = 0,
+         dw_offset = 0, coef_offset = 0, smem_bytes = 0;
+};
+
+// Output channels per step of the backward kernel.
+constexpr int64_t kOnePassBackwardChannels = 8;
+// Input positions per box (the input-gradient phase's slots: 256 threads x 4).
+constexpr int64_t kOnePassBackwardBoxCapacity = 1024;
+
+OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dShape& s,
+                                                                 ScalarKind dtype,
+                                                                 size_t smem_limit);
+
+// The CUDA backward (defined only in builds with CUDA): `supported` says whether a problem is
+// in its family on the current device.
+struct OnePassBackwardCudaKernel {
+  bool (*supported)(const Conv3dGroupNormMeanBackwardParams&);
+  CudaKernel<Conv3dGroupNormMeanBackwardParams> kernel;
+};
+extern const OnePassBackwardCudaKernel conv3d_group_norm_mean_onepass_backward_cuda;
 
 }  // namespace conv
 }  // namespace fused_ops

@@ -1,0 +1,108 @@
+"""One training step of Conv3dGroupNormMean at the headline size on CUDA, for profilers:
+    ncu --kernel-name regex:onepass --launch-skip 4 --launch-count 4 \\
+        python3 benchmarks/profile_conv3d_onepass.py
+runs two warm-up steps, then the steps to profile; prints the dispatch path and the time of
+a step (CUDA events, after the warm-up). With --phases, also the one-pass backward's time
+per gradient set, and the peak CUDA memory of a training step, fused vs eager."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import fused_ops  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2, help="steps after the warm-up")
+    parser.add_argument("--phases", action="store_true", help="backward phases and peak memory")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("profile_conv3d_onepass: needs a CUDA GPU")
+        return 1
+    torch.manual_seed(0)
+    model = fused_ops.Conv3dGroupNormMean(3, 24, 3, 8).cuda()
+    with torch.no_grad():
+        model.group_norm.weight.normal_(1.0, 0.2)
+        model.group_norm.bias.normal_(0.0, 0.2)
+    x = torch.rand(128, 3, 24, 32, 32, device="cuda", requires_grad=True)
+    conv, gn = model.conv, model.group_norm
+    op_args = (x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation, conv.groups,
+               gn.num_groups, gn.weight, gn.bias, gn.eps)  # fmt: skip
+    print("path:", fused_ops.dispatch_path("conv3d_group_norm_mean", *op_args))
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        x.grad = None
+        model(x).sum().backward()
+
+    for _ in range(2):
+        step()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(args.steps):
+        step()
+    end.record()
+    torch.cuda.synchronize()
+    print(f"forward+backward: {start.elapsed_time(end) / args.steps:.3f} ms per step")
+    if args.phases:
+        report_phases(model, x, op_args)
+    return 0
+
+
+def time_ms(fn, iters=20) -> float:
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def report_phases(model, x, op_args) -> None:
+    """The one-pass backward per gradient set, and peak memory of a step (fused vs eager)."""
+    from fused_ops import reference
+
+    fwd = torch.ops.fused._conv3d_group_norm_mean_onepass_forward
+    bwd = torch.ops.fused._conv3d_group_norm_mean_onepass_backward
+    with torch.no_grad():
+        out, mean, rstd, channel_mean = fwd(*op_args)
+        print(f"onepass training forward: {time_ms(lambda: fwd(*op_args)):.3f} ms")
+        grad = torch.randn_like(out)
+        rest = list(op_args[3:9])
+        for name, mask in [
+            ("all gradients", [True] * 5),
+            ("input only", [True, False, False, False, False]),
+            ("weight only", [False, True, False, False, False]),
+            ("parameters' statistics only", [False, False, True, True, True]),
+        ]:
+
+            def run(mask=mask):
+                bwd(grad, x, op_args[1], op_args[2], mean, rstd, channel_mean, *rest, mask)
+
+            print(f"onepass backward, {name}: {time_ms(run):.3f} ms")
+    saved = (mean.numel() + rstd.numel() + channel_mean.numel()) * mean.element_size()
+    print(f"saved for backward besides the arguments: {saved} bytes")
+    original = reference.Conv3dGroupNormMean(3, 24, 3, 8).cuda()
+    original.load_state_dict(model.state_dict())
+    for name, module in [("fused", model), ("eager", original)]:
+        module.zero_grad(set_to_none=True)
+        x.grad = None
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        module(x).sum().backward()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        print(f"peak CUDA memory of a step above its inputs, {name}: {peak / 2**20:.1f} MiB")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,735 @@
+// One-pass CUDA backward of conv3d_group_norm_mean: every gradient from the forward's
+// statistics, the convolution's output recomputed where it is needed and never stored.
+//
+// The gradient of out[n] with respect to the convolution's output y (bias included) is affine
+// in y per (n, c) (GroupNorm's backward, group_norm_math.h, with the gradient reaching each
+// normalised element the constant g[n] / (C * S), S = Do * Ho * Wo):
+//   dy[n, c, s] = c2[n, g] * y[n, c, s] + (rstd[n, g] * w[c] * g[n] / (C * S) + c3[n, g])
+//              = alpha[n, c] * (y[n, c, s] - m[n, c]) + gamma[n, c],
+// with alpha = c2, gamma = c2 * m + rstd * w * g[n] / (C * S) + c3 and m[n, c] the channel
+// mean. The kernels evaluate it centred, as alpha * (y0 - m0) + gamma with y0 the convolution
+// without its bias and m0 = m - bias, so that a large common offset of y does not cancel.
+// Summed over s, the centred term vanishes: dconv_bias[c] = sum_n S * gamma[n, c]; the
+// GroupNorm affine gradients need the statistics only:
+//   dgn_bias[c] = sum_n g[n] / C,  dgn_weight[c] = sum_n g[n] / C * (m - mean[n, g]) * rstd.
+//
+// 1. backward_coefficients_kernel: (alpha, m0, gamma) per (n, c), in the accumulation type.
+// 2. onepass_backward_kernel: a persistent grid of 256-thread blocks walks the tiles (sample n,
+//    conv group g, box of BD x BH x BW input positions; conv_kernels.h: OnePassBackwardPlan)
+//    in a fixed assignment. Per tile, the block
+//      * lists the region of output positions whose gradient reaches the box (per dim, the s
+//        with s * stride - padding + k * dilation inside the box for some tap k), each with its
+//        offset in the region's input footprint and whether the box owns it (its first tap
+//        inside the input lies in the box: every output with a tap inside the input has
+//        exactly one owner; one without contributes nothing);
+//      * loads the footprint into shared memory (zero outside the input);
+//      * for each chunk of 8 output channels: recomputes the convolution over the region (each
+//        thread 4 positions x 8 channels, an outer product per tap in the accumulation type)
+//        and stores dy there; adds the box's input gradient
+//          dx[ci, p] += sum over taps k with p = s * stride - padding + k * dilation, and the
+//                       8 channels c, of w[c, ci, k] * dy[c, s]
+//        (a thread per input position); and the weight gradient of the owned outputs
+//          dw[c, k] += sum over owned s of dy[c, s] * x[ci, s * stride - padding + k * dilation]
+//        (a thread per pair of taps and split of the region), added, in the block's fixed order,
+//        into the block's own slice of double partials;
+//      * writes the box's input gradient (each input element belongs to one box).
+// 3. weight_grad_kernel: dweight = the blocks' partials summed in block order.
+// 4. param_grads_kernel: the bias and GroupNorm affine gradients, a warp per channel.
+//
+// No atomics: every sum has a fixed order (given the shape and the device's SM count), so
+// results are deterministic. Work per tile: the region's recomputation plus two products of the
+// forward's size per box position; the region exceeds the box by the kernel's halo, so the
+// plan prefers large boxes (headline: 24 x 4 x 8 inputs, 22 x 6 x 10 outputs).
+#include "common/cuda/cuda_kernel.cuh"
+#include "common/cuda/launch_utils.cuh"
+#include "common/cuda/scalar_ops.cuh"
+#include "conv/conv_input_box.cuh"
+#include "conv/conv_kernels.h"
+#include "norm/group_norm_math.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace fused_ops {
+namespace gpu {
+namespace {
+
+constexpr int kChannels = static_cast<int>(conv::kOnePassBackwardChannels);  // per chunk
+static_assert(kChannels == 8, "the kernel moves a position's channels as 8 values");
+constexpr int kRecomputeSlots = 4;  // region positions per thread and pass
+constexpr int kBoxSlots = static_cast<int>(conv::kOnePassBackwardBoxCapacity) / kThreads;
+constexpr int kInputChannelsPerStep = 4;  // input-gradient channels a thread sums at once
+static_assert(kBoxSlots * kThreads == conv::kOnePassBackwardBoxCapacity,
+              "the plan's box capacity is the input-gradient phase's slots");
+// A region table entry: the output's offset in the footprint, and kOwned where the box owns it.
+constexpr int kOwned = 1 << 30;
+constexpr int kOffsetMask = kOwned - 1;
+// Most bytes of weight-gradient partials (the grid shrinks to stay below).
+constexpr size_t kMaxPartialBytes = size_t{64} << 20;
+// Shared memory a block may take so that two fit on a Hopper or Ampere SM (the plan takes more,
+// with one block per SM, only where nothing smaller fits).
+constexpr size_t kTwoBlockSharedMemory = 112 * 1024;
+
+struct BackwardArgs {
+  conv::Conv3dGroupNormMeanBackwardParams p;
+  conv::OnePassBackwardPlan plan;
+  void* coefficients;   // [N][C_out][3] of acc_t: alpha, m0, gamma
+  double* dw_partials;  // [gridDim.x][C_out][K]
+};
+
+// One tile's geometry along one dim: the box's input positions [p0, p0 + n) and the region's
+// output positions [s0, s0 + r).
+struct Span {
+  int p0, n;
+  int s0, r;
+};
+
+__device__ __forceinline__ Span span_of(int box_index, int64_t B, int64_t in_size, int64_t k,
+                                        int64_t stride, int64_t padding, int64_t dilation,
+                                        int64_t out_size) {
+  Span sp;
+  sp.p0 = box_index * static_cast<int>(B);
+  sp.n = min(static_cast<int>(B), static_cast<int>(in_size) - sp.p0);
+  const int st = static_cast<int>(stride);
+  // The first output whose last tap reaches p0, the last whose first tap reaches p0 + n - 1.
+  const int lo = sp.p0 + static_cast<int>(padding) - static_cast<int>((k - 1) * dilation);
+  const int s_lo = lo <= 0 ? 0 : (lo + st - 1) / st;
+  const int s_hi =
+      min(static_cast<int>(out_size) - 1, (sp.p0 + sp.n - 1 + static_cast<int>(padding)) / st);
+  sp.s0 = s_lo;
+  sp.r = max(0, s_hi - s_lo + 1);
+  return sp;
+}
+
+// An input position of a tile's box: its index q in the box and its coordinates.
+struct BoxSlot {
+  bool valid;
+  int q;
+  int pd, ph, pw;
+};
+
+// Whether the box of `sp` owns output s along this dim: s's first tap inside the input is in
+// the box.
+__device__ __forceinline__ bool owns(const Span& sp, int s, int64_t k, int64_t stride,
+                                     int64_t padding, int64_t dilation) {
+  const int first = s * static_cast<int>(stride) - static_cast<int>(padding);
+  const int dil = static_cast<int>(dilation);
+  const int skipped = first < 0 ? (-first + dil - 1) / dil : 0;  // taps in the padding
+  if (skipped >= k) {
+    return false;
+  }
+  const int p = first + skipped * dil;
+  return p >= sp.p0 && p < sp.p0 + sp.n;
+}
+
+// The region output (index relative to the region) along one dim that input p reads through
+// tap kk, or -1. kUnitStride: the stride is 1 (no division).
+template <bool kUnitStride>
+__device__ __forceinline__ int region_index(int p, int kk, const Span& sp, int64_t stride,
+                                            int64_t padding, int64_t dilation) {
+  const int num = p + static_cast<int>(padding) - kk * static_cast<int>(dilation);
+  int rel;
+  if constexpr (kUnitStride) {
+    rel = num - sp.s0;
+  } else {
+    const int st = static_cast<int>(stride);
+    if (num < 0 || num % st != 0) {
+      return -1;
+    }
+    rel = num / st - sp.s0;
+  }
+  return rel >= 0 && rel < sp.r ? rel : -1;
+}
+
+__device__ __forceinline__ void load8(const float* p, float (&v)[kChannels]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0];
+  const float4 b = reinterpret_cast<const float4*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+__device__ __forceinline__ void load8(const double* p, double (&v)[kChannels]) {
+#pragma unroll
+  for (int i = 0; i < kChannels / 2; ++i) {
+    const double2 a = reinterpret_cast<const double2*>(p)[i];
+    v[2 * i] = a.x;
+    v[2 * i + 1] = a.y;
+  }
+}
+
+__device__ __forceinline__ void load4(const float* p, float* v) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+__device__ __forceinline__ void load4(const double* p, double* v) {
+  const double2 a = reinterpret_cast<const double2*>(p)[0];
+  const double2 b = reinterpret_cast<const double2*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+__device__ __forceinline__ void store4(float* p, const float* v) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void store4(double* p, const double* v) {
+  reinterpret_cast<double2*>(p)[0] = make_double2(v[0], v[1]);
+  reinterpret_cast<double2*>(p)[1] = make_double2(v[2], v[3]);
+}
+
+// dy_s holds a region position's 8 channels as two halves of 4, swapped in every other group
+// of 4 positions: a warp loading one half for 32 consecutive positions then spreads over all
+// 32 banks (4 wavefronts for float, the least 512 bytes take) instead of 8.
+__device__ __forceinline__ int dy_half(int r, int half) {
+  return r * kChannels + 4 * (half ^ ((r >> 2) & 1));
+}
+template <typename acc_t>
+__device__ __forceinline__ void load_dy(const acc_t* dy_s, int r, acc_t (&v)[kChannels]) {
+  load4(dy_s + dy_half(r, 0), v);
+  load4(dy_s + dy_half(r, 1), v + 4);
+}
+template <typename acc_t>
+__device__ __forceinline__ void store_dy(acc_t* dy_s, int r, const acc_t (&v)[kChannels]) {
+  store4(dy_s + dy_half(r, 0), v);
+  store4(dy_s + dy_half(r, 1), v + 4);
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Coefficients: one thread per (n, c).
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) backward_coefficients_kernel(const BackwardArgs a) {
+  using acc_t = typename ScalarOps<T>::acc_t;
+  using stat_t = acc_t;
+  const conv::Conv3dShape& s = a.p.conv;
+  const int64_t C = s.C_out;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= s.N * C) {
+    return;
+  }
+  const int64_t n = i / C, c = i % C;
+  const int64_t G = a.p.num_groups, Cg = C / G, g = c / Cg;
+  const auto* mean = static_cast<const stat_t*>(a.p.mean);
+  const auto* rstd = static_cast<const stat_t*>(a.p.rstd);
+  const auto* channel_mean = static_cast<const stat_t*>(a.p.channel_mean);
+  const T* gn_weight = static_cast<const T*>(a.p.gn_weight);
+  const T* conv_bias = static_cast<const T*>(a.p.conv_bias);
+  const double S = static_cast<double>(s.Do * s.Ho * s.Wo);
+  const double dy = ScalarOps<T>::to_double(static_cast<const T*>(a.p.grad_output)[n]) /
+                    (static_cast<double>(C) * S);
+  double ds_w = 0.0, db_w = 0.0;
+  for (int64_t cc = g * Cg; cc < (g + 1) * Cg; ++cc) {
+    const double w = gn_weight != nullptr ? ScalarOps<T>::to_double(gn_weight[cc]) : 1.0;
+    ds_w += w * dy * S * static_cast<double>(channel_mean[n * C + cc]);
+    db_w += w * dy * S;
+  }
+  const double mu = static_cast<double>(mean[n * G + g]);
+  const double rs = static_cast<double>(rstd[n * G + g]);
+  const norm::BackwardCoefficients coef =
+      norm::backward_coefficients(ds_w, db_w, mu, rs, static_cast<double>(Cg) * S);
+  const double w = gn_weight != nullptr ? ScalarOps<T>::to_double(gn_weight[c]) : 1.0;
+  const double m = static_cast<double>(channel_mean[i]);
+  const double bias = conv_bias != nullptr ? ScalarOps<T>::to_double(conv_bias[c]) : 0.0;
+  acc_t* out = static_cast<acc_t*>(a.coefficients) + 3 * i;
+  out[0] = static_cast<acc_t>(coef.c2);
+  out[1] = static_cast<acc_t>(m - bias);
+  out[2] = static_cast<acc_t>(coef.c2 * m + rs * w * dy + coef.c3);
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. The tiles.
+
+template <typename T, bool kUnitStride>
+__global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const BackwardArgs a) {
+  using acc_t = typename ScalarOps<T>::acc_t;
+  const conv::Conv3dShape& s = a.p.conv;
+  const conv::OnePassBackwardPlan& plan = a.plan;
+  extern __shared__ __align__(16) unsigned char smem[];
+  acc_t* w_s = reinterpret_cast<acc_t*>(smem);                          // [K][8]
+  int* koff_s = reinterpret_cast<int*>(smem + plan.koff_offset);        // [K]
+  int* region_s = reinterpret_cast<int*>(smem + plan.region_offset);    // [region]
+  acc_t* x_s = reinterpret_cast<acc_t*>(smem + plan.footprint_offset);  // footprint
+  acc_t* dy_s = reinterpret_cast<acc_t*>(smem + plan.dy_offset);        // [region][8]
+  acc_t* dx_s = reinterpret_cast<acc_t*>(smem + plan.dx_offset);        // [c_in_g][box]
+  acc_t* dw_s = reinterpret_cast<acc_t*>(smem + plan.dw_offset);        // [splits][K][8]
+  acc_t* coef_s = reinterpret_cast<acc_t*>(smem + plan.coef_offset);    // [3][8]
+
+  const int K = static_cast<int>(plan.K);
+  const int c_in_g = static_cast<int>(plan.c_in_g);
+  const int c_out_g = static_cast<int>(plan.c_out_g);
+  const int kD = static_cast<int>(s.kD), kH = static_cast<int>(s.kH), kW = static_cast<int>(s.kW);
+  const int taps = kD * kH * kW;
+  const int64_t C_out = s.C_out;
+  const T* weight = static_cast<const T*>(a.p.weight);
+  const acc_t* coefficients = static_cast<const acc_t*>(a.coefficients);
+  T* dx = static_cast<T*>(a.p.dx);
+  const bool want_dw = a.p.dweight != nullptr;
+  double* dw_block = want_dw ? a.dw_partials + blockIdx.x * C_out * K : nullptr;
+
+  for (int k = threadIdx.x; k < K; k += kThreads) {
+    koff_s[k] = tap_offset_in_box(k, s, plan.FD, plan.FH, plan.FW);
+  }
+  if (want_dw) {
+    for (int64_t i = threadIdx.x; i < C_out * K; i += kThreads) {
+      dw_block[i] = 0.0;
+    }
+  }
+  const int splits = static_cast<int>(plan.dw_splits);
+
+  for (int64_t tile = blockIdx.x; tile < plan.tiles; tile += gridDim.x) {
+    const unsigned boxes = static_cast<unsigned>(plan.boxes);
+    const unsigned box = static_cast<unsigned>(tile) % boxes;
+    const unsigned rest = static_cast<unsigned>(tile) / boxes;
+    const int64_t n = rest % static_cast<unsigned>(s.N);
+    const int64_t g = rest / static_cast<unsigned>(s.N);
+    const unsigned bw = static_cast<unsigned>(plan.boxes_w),
+                   bh = static_cast<unsigned>(plan.boxes_h);
+    const Span sd = span_of(static_cast<int>(box / (bw * bh)), plan.BD, s.D, s.kD, s.stride[0],
+                            s.padding[0], s.dilation[0], s.Do);
+    const Span sh = span_of(static_cast<int>((box / bw) % bh), plan.BH, s.H, s.kH, s.stride[1],
+                            s.padding[1], s.dilation[1], s.Ho);
+    const Span sw = span_of(static_cast<int>(box % bw), plan.BW, s.W, s.kW, s.stride[2],
+                            s.padding[2], s.dilation[2], s.Wo);
+    const int nreg = sd.r * sh.r * sw.r;
+    const int nbox = sd.n * sh.n * sw.n;
+    __syncthreads();  // the previous tile is done with shared memory
+
+    for (int r = threadIdx.x; r < nreg; r += kThreads) {
+      const int rd = r / (sh.r * sw.r), rh = (r / sw.r) % sh.r, rw = r % sw.r;
+      const int offset = static_cast<int>(
+          (rd * s.stride[0] * plan.FH + rh * s.stride[1]) * plan.FW + rw * s.stride[2]);
+      const bool owned = owns(sd, sd.s0 + rd, s.kD, s.stride[0], s.padding[0], s.dilation[0]) &&
+                         owns(sh, sh.s0 + rh, s.kH, s.stride[1], s.padding[1], s.dilation[1]) &&
+                         owns(sw, sw.s0 + rw, s.kW, s.stride[2], s.padding[2], s.dilation[2]);
+      region_s[r] = offset | (owned ? kOwned : 0);
+    }
+    const T* sample = static_cast<const T*>(a.p.x) + (n * s.C_in + g * c_in_g) * s.D * s.H * s.W;
+    load_input_box(
+        sample, x_s, s,
+        InputBox{c_in_g, sd.s0 * static_cast<int>(s.stride[0]) - static_cast<int>(s.padding[0]),
+                 sh.s0 * static_cast<int>(s.stride[1]) - static_cast<int>(s.padding[1]),
+                 sw.s0 * static_cast<int>(s.stride[2]) - static_cast<int>(s.padding[2]),
+                 static_cast<int>(plan.FD), static_cast<int>(plan.FH), static_cast<int>(plan.FW)});
+    // This thread's input positions of the box, for the input-gradient phase.
+    BoxSlot box_slot[kBoxSlots];
+#pragma unroll
+    for (int j = 0; j < kBoxSlots; ++j) {
+      const int q = threadIdx.x + j * kThreads;
+      box_slot[j] = BoxSlot{q < nbox, q, sd.p0 + q / (sh.n * sw.n), sh.p0 + (q / sw.n) % sh.n,
+                            sw.p0 + q % sw.n};
+    }
+    if (dx != nullptr) {
+      for (int i = threadIdx.x; i < c_in_g * nbox; i += kThreads) {
+        dx_s[i] = acc_t(0);
+      }
+    }
+
+    for (int chunk = 0; chunk < plan.chunks; ++chunk) {
+      const int c_first = chunk * kChannels;
+      const int nc = min(kChannels, c_out_g - c_first);
+      const int64_t c0 = g * c_out_g + c_first;
+      if (chunk > 0) {
+        __syncthreads();  // the previous chunk is done with w_s, dy_s, dw_s, coef_s
+      }
+      for (int i = threadIdx.x; i < K * kChannels; i += kThreads) {
+        const int k = i / kChannels, c = i % kChannels;
+        w_s[i] = c < nc ? ScalarOps<T>::to_acc(weight[(c0 + c) * K + k]) : acc_t(0);
+      }
+      if (threadIdx.x < 3 * kChannels) {
+        const int c = threadIdx.x % kChannels, j = threadIdx.x / kChannels;
+        // A missing channel gets alpha = gamma = 0: dy = 0.
+        coef_s[j * kChannels + c] = c < nc ? coefficients[3 * (n * C_out + c0 + c) + j] : acc_t(0);
+      }
+      __syncthreads();
+
+      // dy over the region.
+      acc_t alpha[kChannels], m0[kChannels], gamma[kChannels];
+      load8(coef_s, alpha);
+      load8(coef_s + kChannels, m0);
+      load8(coef_s + 2 * kChannels, gamma);
+      for (int base = 0; base < nreg; base += kThreads * kRecomputeSlots) {
+        int offset[kRecomputeSlots];
+#pragma unroll
+        for (int j = 0; j < kRecomputeSlots; ++j) {
+          const int r = base + threadIdx.x + j * kThreads;
+          offset[j] = r < nreg ? (region_s[r] & kOffsetMask) : 0;
+        }
+        acc_t acc[kRecomputeSlots][kChannels];
+#pragma unroll
+        for (int j = 0; j < kRecomputeSlots; ++j) {
+#pragma unroll
+          for (int c = 0; c < kChannels; ++c) {
+            acc[j][c] = acc_t(0);
+          }
+        }
+#pragma unroll 2
+        for (int k = 0; k < K; ++k) {
+          const int koff = koff_s[k];
+          acc_t w[kChannels];
+          load8(w_s + k * kChannels, w);
+#pragma unroll
+          for (int j = 0; j < kRecomputeSlots; ++j) {
+            const acc_t xv = x_s[offset[j] + koff];
+#pragma unroll
+            for (int c = 0; c < kChannels; ++c) {
+              acc[j][c] += xv * w[c];
+            }
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kRecomputeSlots; ++j) {
+          const int r = base + threadIdx.x + j * kThreads;
+          if (r < nreg) {
+            acc_t dy[kChannels];
+#pragma unroll
+            for (int c = 0; c < kChannels; ++c) {
+              dy[c] = alpha[c] * (acc[j][c] - m0[c]) + gamma[c];
+            }
+            store_dy(dy_s, r, dy);
+          }
+        }
+      }
+      __syncthreads();
+
+      // The box's input gradient: a thread per input position (up to kBoxSlots of them),
+      // its channels kInputChannelsPerStep at a time in registers; taps outermost, so that
+      // each tap's weights (the same for the whole warp: broadcast loads) serve every
+      // position of the thread. Each (position, channel) of dx_s belongs to one thread.
+      if (dx != nullptr) {
+        for (int ci0 = 0; ci0 < c_in_g; ci0 += kInputChannelsPerStep) {
+          acc_t sum[kBoxSlots][kInputChannelsPerStep];
+#pragma unroll
+          for (int j = 0; j < kBoxSlots; ++j) {
+#pragma unroll
+            for (int i = 0; i < kInputChannelsPerStep; ++i) {
+              sum[j][i] = acc_t(0);
+            }
+          }
+          for (int kd = 0; kd < kD; ++kd) {
+            for (int kh = 0; kh < kH; ++kh) {
+              for (int kw = 0; kw < kW; ++kw) {
+                const acc_t* w_tap = w_s + (ci0 * taps + (kd * kH + kh) * kW + kw) * kChannels;
+                acc_t w[kInputChannelsPerStep][kChannels];
+#pragma unroll
+                for (int i = 0; i < kInputChannelsPerStep; ++i) {
+                  if (ci0 + i < c_in_g) {
+                    load8(w_tap + i * taps * kChannels, w[i]);
+                  } else {
+#pragma unroll
+                    for (int c = 0; c < kChannels; ++c) {
+                      w[i][c] = acc_t(0);
+                    }
+                  }
+                }
+#pragma unroll
+                for (int j = 0; j < kBoxSlots; ++j) {
+                  if (!box_slot[j].valid) {
+                    continue;
+                  }
+                  const int rd = region_index<kUnitStride>(box_slot[j].pd, kd, sd, s.stride[0],
+                                                           s.padding[0], s.dilation[0]);
+                  const int rh = region_index<kUnitStride>(box_slot[j].ph, kh, sh, s.stride[1],
+                                                           s.padding[1], s.dilation[1]);
+                  const int rw = region_index<kUnitStride>(box_slot[j].pw, kw, sw, s.stride[2],
+                                                           s.padding[2], s.dilation[2]);
+                  if (rd < 0 || rh < 0 || rw < 0) {
+                    continue;
+                  }
+                  acc_t dyv[kChannels];
+                  load_dy(dy_s, (rd * sh.r + rh) * sw.r + rw, dyv);
+#pragma unroll
+                  for (int i = 0; i < kInputChannelsPerStep; ++i) {
+#pragma unroll
+                    for (int c = 0; c < kChannels; ++c) {
+                      sum[j][i] += w[i][c] * dyv[c];
+                    }
+                  }
+                }
+              }
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < kBoxSlots; ++j) {
+            if (box_slot[j].valid) {
+#pragma unroll
+              for (int i = 0; i < kInputChannelsPerStep; ++i) {
+                if (ci0 + i < c_in_g) {
+                  dx_s[(ci0 + i) * nbox + box_slot[j].q] += sum[j][i];
+                }
+              }
+            }
+          }
+        }
+      }
+
+      // The weight gradient of the outputs the box owns: a thread per pair of taps and split
+      // of the region (the pair shares each position's dy loads).
+      if (want_dw) {
+        const int pairs = (K + 1) / 2;
+        const int len = (nreg + splits - 1) / splits;
+        for (int u = threadIdx.x; u < pairs * splits; u += kThreads) {
+          const int k0 = 2 * (u % pairs), part = u / pairs;
+          const bool has_k1 = k0 + 1 < K;
+          const int koff0 = koff_s[k0];
+          const int koff1 = has_k1 ? koff_s[k0 + 1] : koff0;
+          const int r_end = min(nreg, (part + 1) * len);
+          acc_t acc0[kChannels], acc1[kChannels];
+#pragma unroll
+          for (int c = 0; c < kChannels; ++c) {
+            acc0[c] = acc_t(0);
+            acc1[c] = acc_t(0);
+          }
+          for (int r = part * len; r < r_end; ++r) {
+            const int entry = region_s[r];
+            if (entry & kOwned) {
+              const int offset = entry & kOffsetMask;
+              const acc_t x0 = x_s[offset + koff0];
+              const acc_t x1 = x_s[offset + koff1];
+              acc_t dyv[kChannels];
+              load_dy(dy_s, r, dyv);
+#pragma unroll
+              for (int c = 0; c < kChannels; ++c) {
+                acc0[c] += dyv[c] * x0;
+                acc1[c] += dyv[c] * x1;
+              }
+            }
+          }
+#pragma unroll
+          for (int c = 0; c < kChannels; ++c) {
+            dw_s[(part * K + k0) * kChannels + c] = acc0[c];
+            if (has_k1) {
+              dw_s[(part * K + k0 + 1) * kChannels + c] = acc1[c];
+            }
+          }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < K * kChannels; e += kThreads) {
+          const int k = e / kChannels, c = e % kChannels;
+          if (c < nc) {
+            double total = 0.0;
+            for (int part = 0; part < splits; ++part) {
+              total += static_cast<double>(dw_s[(part * K + k) * kChannels + c]);
+            }
+            dw_block[(c0 + c) * K + k] += total;
+          }
+        }
+      }
+    }
+
+    if (dx != nullptr) {
+      __syncthreads();  // dx_s complete
+      T* dx_group = dx + (n * s.C_in + g * c_in_g) * s.D * s.H * s.W;
+      for (int i = threadIdx.x; i < c_in_g * nbox; i += kThreads) {
+        const int ci = i / nbox, q = i % nbox;
+        const int pd = sd.p0 + q / (sh.n * sw.n);
+        const int ph = sh.p0 + (q / sw.n) % sh.n;
+        const int pw = sw.p0 + q % sw.n;
+        dx_group[((static_cast<int64_t>(ci) * s.D + pd) * s.H + ph) * s.W + pw] =
+            ScalarOps<T>::from_acc(dx_s[i]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. dweight: the blocks' partials in block order. 4. The per-channel parameter gradients.
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) weight_grad_kernel(const BackwardArgs a, int blocks) {
+  const int64_t size = a.p.conv.C_out * a.plan.K;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= size) {
+    return;
+  }
+  double total = 0.0;
+  for (int b = 0; b < blocks; ++b) {
+    total += a.dw_partials[b * size + i];
+  }
+  static_cast<T*>(a.p.dweight)[i] = ScalarOps<T>::from_double(total);
+}
+
+// A warp per channel: lanes take samples n = lane, lane + 32, ... in order, then a butterfly.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) param_grads_kernel(const BackwardArgs a) {
+  using acc_t = typename ScalarOps<T>::acc_t;
+  const conv::Conv3dShape& s = a.p.conv;
+  const int64_t C = s.C_out;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  if (c >= C) {
+    return;  // whole warps only
+  }
+  const int64_t G = a.p.num_groups, g = c / (C / G);
+  const auto* mean = static_cast<const acc_t*>(a.p.mean);
+  const auto* rstd = static_cast<const acc_t*>(a.p.rstd);
+  const auto* channel_mean = static_cast<const acc_t*>(a.p.channel_mean);
+  const auto* coefficients = static_cast<const acc_t*>(a.coefficients);
+  const double S = static_cast<double>(s.Do * s.Ho * s.Wo);
+  double d_gn_bias = 0.0, d_gn_weight = 0.0, d_conv_bias = 0.0;
+  for (int64_t n = lane; n < s.N; n += kWarpSize) {
+    const double go =
+        ScalarOps<T>::to_double(static_cast<const T*>(a.p.grad_output)[n]) / static_cast<double>(C);
+    d_gn_bias += go;
+    d_gn_weight +=
+        go * (static_cast<double>(channel_mean[n * C + c]) - static_cast<double>(mean[n * G + g])) *
+        static_cast<double>(rstd[n * G + g]);
+    d_conv_bias += S * static_cast<double>(coefficients[3 * (n * C + c) + 2]);
+  }
+  d_gn_bias = warp_allreduce_sum(d_gn_bias);
+  d_gn_weight = warp_allreduce_sum(d_gn_weight);
+  d_conv_bias = warp_allreduce_sum(d_conv_bias);
+  if (lane != 0) {
+    return;
+  }
+  if (a.p.dgn_bias != nullptr) {
+    static_cast<T*>(a.p.dgn_bias)[c] = ScalarOps<T>::from_double(d_gn_bias);
+  }
+  if (a.p.dgn_weight != nullptr) {
+    static_cast<T*>(a.p.dgn_weight)[c] = ScalarOps<T>::from_double(d_gn_weight);
+  }
+  if (a.p.dconv_bias != nullptr) {
+    static_cast<T*>(a.p.dconv_bias)[c] = ScalarOps<T>::from_double(d_conv_bias);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Host side.
+
+struct DeviceInfo {
+  size_t shared_memory = 0;  // opt-in shared memory per block
+  int sms = 0;
+};
+
+// The current device's (cached per device).
+DeviceInfo device_info() {
+  static std::mutex mutex;
+  static std::vector<DeviceInfo> cache;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    return {};
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<size_t>(device) >= cache.size()) {
+    cache.resize(device + 1);
+  }
+  DeviceInfo& info = cache[device];
+  if (info.shared_memory == 0) {
+    int bytes = 0, sms = 0;
+    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      return {};
+    }
+    info.shared_memory = static_cast<size_t>(bytes);
+    info.sms = sms;
+  }
+  return info;
+}
+
+// Two blocks per SM where the problem fits them, else one.
+conv::OnePassBackwardPlan plan_for(const conv::Conv3dGroupNormMeanBackwardParams& p) {
+  const DeviceInfo info = device_info();
+  conv::OnePassBackwardPlan plan = conv::plan_conv3d_group_norm_mean_onepass_backward(
+      p.conv, p.dtype, std::min(info.shared_memory, kTwoBlockSharedMemory));
+  if (!plan.supported && info.shared_memory > kTwoBlockSharedMemory) {
+    plan = conv::plan_conv3d_group_norm_mean_onepass_backward(p.conv, p.dtype, info.shared_memory);
+  }
+  return plan;
+}
+
+// The persistent grid: the blocks that fit on the device at once (fewer where the weight
+// gradient's partials would exceed kMaxPartialBytes), at most one per tile.
+template <typename T>
+int grid_for(const conv::Conv3dGroupNormMeanBackwardParams& p,
+             const conv::OnePassBackwardPlan& plan) {
+  const DeviceInfo info = device_info();
+  const int per_sm = plan.smem_bytes <= kTwoBlockSharedMemory ? 2 : 1;
+  int64_t grid = std::min<int64_t>(plan.tiles, static_cast<int64_t>(info.sms) * per_sm);
+  const size_t partial_bytes = static_cast<size_t>(p.conv.C_out * plan.K) * sizeof(double);
+  grid = std::min<int64_t>(grid, std::max<int64_t>(1, kMaxPartialBytes / partial_bytes));
+  return static_cast<int>(std::max<int64_t>(grid, 1));
+}
+
+template <typename T>
+struct Workspace {
+  void* coefficients;
+  double* dw_partials;
+  size_t bytes;
+};
+
+template <typename T>
+Workspace<T> carve(const conv::Conv3dGroupNormMeanBackwardParams& p,
+                   const conv::OnePassBackwardPlan& plan, int grid, void* base) {
+  using acc_t = typename ScalarOps<T>::acc_t;
+  WorkspaceCarver carver(base);
+  Workspace<T> ws;
+  ws.coefficients = carver.take<acc_t>(3 * p.conv.N * p.conv.C_out);
+  ws.dw_partials = p.dweight != nullptr
+                       ? carver.take<double>(static_cast<int64_t>(grid) * p.conv.C_out * plan.K)
+                       : nullptr;
+  ws.bytes = carver.bytes();
+  return ws;
+}
+
+template <typename T>
+struct OnePassBackwardFamily {
+  static size_t workspace_bytes(const conv::Conv3dGroupNormMeanBackwardParams& p) {
+    const conv::OnePassBackwardPlan plan = plan_for(p);
+    return carve<T>(p, plan, grid_for<T>(p, plan), nullptr).bytes;
+  }
+
+  static cudaError_t launch(const conv::Conv3dGroupNormMeanBackwardParams& p, void* workspace,
+                            cudaStream_t stream) {
+    const conv::OnePassBackwardPlan plan = plan_for(p);
+    if (!plan.supported) {
+      return cudaErrorInvalidValue;
+    }
+    const int grid = grid_for<T>(p, plan);
+    const Workspace<T> ws = carve<T>(p, plan, grid, workspace);
+    const BackwardArgs args{p, plan, ws.coefficients, ws.dw_partials};
+    const int64_t NC = p.conv.N * p.conv.C_out;
+    if (!grid_fits(ceil_div(NC, kThreads))) {
+      return cudaErrorInvalidConfiguration;
+    }
+    backward_coefficients_kernel<T>
+        <<<static_cast<unsigned>(ceil_div(NC, kThreads)), kThreads, 0, stream>>>(args);
+    FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+    if (p.dx != nullptr || p.dweight != nullptr) {
+      const bool unit_stride =
+          p.conv.stride[0] == 1 && p.conv.stride[1] == 1 && p.conv.stride[2] == 1;
+      const auto kernel =
+          unit_stride ? onepass_backward_kernel<T, true> : onepass_backward_kernel<T, false>;
+      FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem_bytes)));
+      kernel<<<static_cast<unsigned>(grid), kThreads, plan.smem_bytes, stream>>>(args);
+      FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+    }
+    if (p.dweight != nullptr) {
+      const int64_t size = p.conv.C_out * plan.K;
+      weight_grad_kernel<T>
+          <<<static_cast<unsigned>(ceil_div(size, kThreads)), kThreads, 0, stream>>>(args, grid);
+      FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+    }
+    if (p.dconv_bias != nullptr || p.dgn_weight != nullptr || p.dgn_bias != nullptr) {
+      param_grads_kernel<T>
+          <<<static_cast<unsigned>(blocks_for_warp_items(p.conv.C_out)), kThreads, 0, stream>>>(
+              args);
+      FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+    }
+    return cudaSuccess;
+  }
+};
+
+bool onepass_backward_supported(const conv::Conv3dGroupNormMeanBackwardParams& p) {
+  return plan_for(p).supported;
+}
+
+}  // namespace
+}  // namespace gpu
+
+namespace conv {
+
+const OnePassBackwardCudaKernel conv3d_group_norm_mean_onepass_backward_cuda{
+    gpu::onepass_backward_supported,
+    gpu::make_cuda_kernel<Conv3dGroupNormMeanBackwardParams, gpu::OnePassBackwardFamily>()};
+
+}  // namespace conv
+}  // namespace fused_ops

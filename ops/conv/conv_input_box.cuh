@@ -1,0 +1,106 @@
+// Device helpers shared by the one-pass conv3d_group_norm_mean kernels (forward and backward):
+// loading a box of one sample's input channels into shared memory (the input footprint of a
+// box of output positions, zero outside the input: the padding), and the offsets of the
+// convolution's taps inside such a box.
+#pragma once
+
+#include "common/cuda/launch_utils.cuh"
+#include "common/cuda/scalar_ops.cuh"
+#include "conv/conv_kernels.h"
+
+#include <cstdint>
+
+namespace fused_ops {
+namespace gpu {
+
+// A box of `channels` input channels x FD x FH x FW positions of one sample whose first element
+// is input position (id0, ih0, iw0) (negative where it starts in the padding).
+struct InputBox {
+  int channels;
+  int id0, ih0, iw0;
+  int FD, FH, FW;
+};
+
+// Walks the box, one (channel, fd, fh) row per warp at a time, rows along W so that warps read
+// coalesced (the row indices advance by carries, not divisions): put(i, src, inside) for box
+// element i ([channel][fd][fh][fw] order), whose input is *src where `inside` (else zero: the
+// padding; src is then `sample`). `sample` points at the box's first channel.
+template <typename T, typename Put>
+__device__ __forceinline__ void walk_input_box(const T* __restrict__ sample,
+                                               const conv::Conv3dShape& s, const InputBox& box,
+                                               const Put& put) {
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);
+  int fh = warp % box.FH;
+  int plane = warp / box.FH;  // channel * FD + fd
+  int fd = plane % box.FD;
+  int ci = plane / box.FD;
+  for (int r = warp; ci < box.channels; r += kWarpsPerBlock) {
+    const int id = box.id0 + fd;
+    const int ih = box.ih0 + fh;
+    const bool row_inside = id >= 0 && id < D && ih >= 0 && ih < H;
+    const T* src =
+        sample + (static_cast<int64_t>(ci) * D + id) * H * W + static_cast<int64_t>(ih) * W;
+    for (int fw = lane; fw < box.FW; fw += kWarpSize) {
+      const int iw = box.iw0 + fw;
+      const bool inside = row_inside && iw >= 0 && iw < W;
+      put(r * box.FW + fw, inside ? src + iw : sample, inside);
+    }
+    fh += kWarpsPerBlock;
+    while (fh >= box.FH) {
+      fh -= box.FH;
+      if (++fd == box.FD) {
+        fd = 0;
+        ++ci;
+      }
+    }
+  }
+}
+
+// The box into x_s through registers, converted to the accumulation type.
+template <typename T, typename acc_t>
+__device__ __forceinline__ void load_input_box(const T* __restrict__ sample, acc_t* x_s,
+                                               const conv::Conv3dShape& s, const InputBox& box) {
+  walk_input_box(sample, s, box, [&](int i, const T* src, bool inside) {
+    x_s[i] = inside ? ScalarOps<T>::to_acc(*src) : acc_t(0);
+  });
+}
+
+// A float box into x_s by asynchronous copies (cp.async, zero-filled outside the input): every
+// load of a warp is in flight at once, none waits in a register for its store. The caller
+// waits (cp_async_wait_all) before the barrier that publishes x_s.
+__device__ __forceinline__ void load_input_box_async(const float* __restrict__ sample, float* x_s,
+                                                     const conv::Conv3dShape& s,
+                                                     const InputBox& box) {
+  walk_input_box(sample, s, box, [&](int i, const float* src, bool inside) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(x_s + i));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(inside ? 4 : 0));
+#else
+    x_s[i] = inside ? *src : 0.0f;
+#endif
+  });
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Offset of tap k = (ci, kd, kh, kw) (k < K) in an input box of FD x FH x FW positions per
+// channel, relative to the box element of an output position's first tap.
+__device__ __forceinline__ int tap_offset_in_box(int k, const conv::Conv3dShape& s, int64_t FD,
+                                                 int64_t FH, int64_t FW) {
+  const int64_t ci = k / (s.kD * s.kH * s.kW);
+  const int64_t kd = (k / (s.kH * s.kW)) % s.kD;
+  const int64_t kh = (k / s.kW) % s.kH;
+  const int64_t kw = k % s.kW;
+  return static_cast<int>(((ci * FD + kd * s.dilation[0]) * FH + kh * s.dilation[1]) * FW +
+                          kw * s.dilation[2]);
+}
+
+}  // namespace gpu
+}  // namespace fused_ops
