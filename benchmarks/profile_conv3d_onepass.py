@@ -8,12 +8,14 @@ per gradient set, and the peak CUDA memory of a training step, fused vs eager.""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if importlib.util.find_spec("fused_ops") is None:  # not installed: the source checkout's
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fused_ops  # noqa: E402
 
 

@@ -30,6 +30,7 @@ Then run the C++ example on a saved model:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import warnings
@@ -37,7 +38,8 @@ import warnings
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))  # the repository root, for `import fused_ops`
+if importlib.util.find_spec("fused_ops") is None:  # not installed: the source checkout's
+    sys.path.insert(0, os.path.dirname(HERE))
 
 import fused_ops  # noqa: E402  (loads libfused_ops.so)
 from fused_ops import reference, testing  # noqa: E402

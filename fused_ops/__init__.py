@@ -12,10 +12,11 @@ operators with the PyTorch dispatcher as ``torch.ops.fused.*``:
 The library is searched for, in this order:
 
 1. the file named by the environment variable ``FUSED_OPS_LIBRARY``;
-2. ``libfused_ops.so`` in this package's directory (an installed copy);
-3. ``<repo>/build/libfused_ops.so``;
-4. any ``<repo>/build*/libfused_ops.so``, the most recently modified first.
+2. ``libfused_ops.so`` in this package's directory (where ``pip install .`` puts it);
+3. in a source checkout only, ``<repo>/build/libfused_ops.so`` (``tools/build.sh``'s
+   default build folder).
 
+No other folder is guessed at: a missing library is an ImportError naming where it looked.
 If the operators are already registered in this process (the library was loaded by other
 means), nothing is loaded again. ``library_path`` says which file was loaded (``None`` if it
 was loaded by other means and could not be identified).
@@ -27,13 +28,15 @@ convolution arguments (like ``torch.nn.functional.conv3d``) and the drop-in modu
 
 from __future__ import annotations
 
-import glob
 import os
 from typing import List, Optional, Sequence, Union
 
 import torch
 
+from ._version import __version__
+
 __all__ = [
+    "__version__",
     "library_path",
     "library_search_paths",
     "has_cuda_kernels",
@@ -52,19 +55,19 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _REPO_DIR = os.path.dirname(_PACKAGE_DIR)
 
 
+def _in_source_checkout() -> bool:
+    return os.path.isfile(os.path.join(_REPO_DIR, "CMakeLists.txt")) and os.path.isdir(
+        os.path.join(_REPO_DIR, "ops")
+    )
+
+
 def library_search_paths() -> List[str]:
-    """The candidate library files, in search order (existing or not, env var excluded)."""
-    candidates = [
-        os.path.join(_PACKAGE_DIR, _LIBRARY_NAME),
-        os.path.join(_REPO_DIR, "build", _LIBRARY_NAME),
-    ]
-    others = [
-        p
-        for p in glob.glob(os.path.join(_REPO_DIR, "build*", _LIBRARY_NAME))
-        if os.path.abspath(p) != os.path.abspath(candidates[1])
-    ]
-    others.sort(key=lambda p: os.path.getmtime(p), reverse=True)
-    return candidates + others
+    """The candidate library files after ``$FUSED_OPS_LIBRARY``, in search order (existing or
+    not): the package's own copy, then, in a source checkout, ``<repo>/build``'s."""
+    paths = [os.path.join(_PACKAGE_DIR, _LIBRARY_NAME)]
+    if _in_source_checkout():
+        paths.append(os.path.join(_REPO_DIR, "build", _LIBRARY_NAME))
+    return paths
 
 
 def _operators_registered() -> bool:
@@ -88,15 +91,12 @@ def _find_library() -> str:
     for path in looked:
         if os.path.isfile(path):
             return path
-    where = "\n".join(
-        ["  $" + _ENV_VAR + " (not set)"]
-        + ["  " + p for p in looked[:2]]
-        + ["  " + os.path.join(_REPO_DIR, "build*", _LIBRARY_NAME) + " (no match)"]
-    )
+    where = "\n".join(["  $" + _ENV_VAR + " (not set)"] + ["  " + p for p in looked])
     raise ImportError(
         f"fused_ops: could not find {_LIBRARY_NAME}. Looked in:\n{where}\n"
-        "Build it (e.g. `mkdir build && cd build && cmake .. -G Ninja && ninja fused_ops`) "
-        f"or set {_ENV_VAR} to its path."
+        "Install the package with `pip install --no-build-isolation .` (it builds the library "
+        "into the package), or build it with tools/build.sh (into <repo>/build), or set "
+        f"{_ENV_VAR} to its path."
     )
 
 
