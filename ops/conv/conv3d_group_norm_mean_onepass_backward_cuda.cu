@@ -50,6 +50,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 namespace fused_ops {
@@ -58,7 +59,7 @@ namespace {
 
 constexpr int kChannels = static_cast<int>(conv::kOnePassBackwardChannels);  // per chunk
 static_assert(kChannels == 8, "the kernel moves a position's channels as 8 values");
-constexpr int kRecomputeSlots = 4;  // region positions per thread and pass
+constexpr int kRecomputeSlots = 4;  // region positions per thread in a full pass
 constexpr int kBoxSlots = static_cast<int>(conv::kOnePassBackwardBoxCapacity) / kThreads;
 constexpr int kInputChannelsPerStep = 4;  // input-gradient channels a thread sums at once
 static_assert(kBoxSlots * kThreads == conv::kOnePassBackwardBoxCapacity,
@@ -345,16 +346,20 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
       load8(coef_s, alpha);
       load8(coef_s + kChannels, m0);
       load8(coef_s + 2 * kChannels, gamma);
-      for (int base = 0; base < nreg; base += kThreads * kRecomputeSlots) {
-        int offset[kRecomputeSlots];
+      // A pass computes `slots` positions per thread (a multiple of the block's threads):
+      // 4 while more than 3 blocks' worth remain, then the fewest that cover the rest, so
+      // that at most one block's worth of slots (of the last pass) computes nothing.
+      const auto recompute_pass = [&](auto slots_tag, int base) {
+        constexpr int kSlots = decltype(slots_tag)::value;
+        int offset[kSlots];
 #pragma unroll
-        for (int j = 0; j < kRecomputeSlots; ++j) {
+        for (int j = 0; j < kSlots; ++j) {
           const int r = base + threadIdx.x + j * kThreads;
           offset[j] = r < nreg ? (region_s[r] & kOffsetMask) : 0;
         }
-        acc_t acc[kRecomputeSlots][kChannels];
+        acc_t acc[kSlots][kChannels];
 #pragma unroll
-        for (int j = 0; j < kRecomputeSlots; ++j) {
+        for (int j = 0; j < kSlots; ++j) {
 #pragma unroll
           for (int c = 0; c < kChannels; ++c) {
             acc[j][c] = acc_t(0);
@@ -366,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
           acc_t w[kChannels];
           load8(w_s + k * kChannels, w);
 #pragma unroll
-          for (int j = 0; j < kRecomputeSlots; ++j) {
+          for (int j = 0; j < kSlots; ++j) {
             const acc_t xv = x_s[offset[j] + koff];
 #pragma unroll
             for (int c = 0; c < kChannels; ++c) {
@@ -375,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
           }
         }
 #pragma unroll
-        for (int j = 0; j < kRecomputeSlots; ++j) {
+        for (int j = 0; j < kSlots; ++j) {
           const int r = base + threadIdx.x + j * kThreads;
           if (r < nreg) {
             acc_t dy[kChannels];
@@ -385,6 +390,22 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
             }
             store_dy(dy_s, r, dy);
           }
+        }
+      };
+      for (int base = 0; base < nreg;) {
+        const int remaining = nreg - base;
+        if (remaining > 3 * kThreads) {
+          recompute_pass(std::integral_constant<int, kRecomputeSlots>{}, base);
+          base += kRecomputeSlots * kThreads;
+        } else if (remaining > 2 * kThreads) {
+          recompute_pass(std::integral_constant<int, 3>{}, base);
+          base += 3 * kThreads;
+        } else if (remaining > kThreads) {
+          recompute_pass(std::integral_constant<int, 2>{}, base);
+          base += 2 * kThreads;
+        } else {
+          recompute_pass(std::integral_constant<int, 1>{}, base);
+          base += kThreads;
         }
       }
       __syncthreads();
