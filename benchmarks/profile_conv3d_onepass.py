@@ -25,8 +25,8 @@ def main() -> int:
     parser.add_argument("--phases", action="store_true", help="backward phases and peak memory")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        print("profile_conv3d_onepass: needs a CUDA GPU")
-        return 1
+        print("profile_conv3d_onepass.py: needs a CUDA GPU (torch.cuda.is_available() is False)")
+        return 2
     torch.manual_seed(0)
     model = fused_ops.Conv3dGroupNormMean(3, 24, 3, 8).cuda()
     with torch.no_grad():
