@@ -202,3 +202,42 @@ def test_cpp_inference_errors(tmp_path):
         [INFER, str(tmp_path / "missing.pt")], capture_output=True, text=True, timeout=120
     )
     assert r.returncode != 0 and "error" in r.stderr
+
+
+EXPORT_AOTI_SCRIPT = os.path.join(REPO_DIR, "examples", "export_aoti.py")
+
+
+@pytest.fixture(scope="module")
+def aoti_packages(tmp_path_factory):
+    """Both models exported with torch.export and compiled with AOTInductor for each device
+    this machine has (small default sizes, the TorchScript export's seed and parameters)."""
+    d = tmp_path_factory.mktemp("aoti")
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    paths = {}
+    for device in devices:
+        out_dir = d / device
+        stdout = run([sys.executable, EXPORT_AOTI_SCRIPT, str(out_dir), "--device", device])
+        for name in MODELS:
+            assert f"{name}: saved" in stdout and "outputs checked" in stdout, stdout
+            paths[name, device] = str(out_dir / f"{name}.pt2")
+            assert os.path.isfile(paths[name, device])
+            assert os.path.isfile(out_dir / f"{name}.export.pt2")
+    return paths
+
+
+@requires_torchscript
+@requires_infer
+@pytest.mark.parametrize("name", MODELS)
+def test_aoti_package_runs_in_cpp_like_torchscript(exported, aoti_packages, name):
+    """The C++ program runs the AOTInductor package (no Python) and prints the checksums of the
+    TorchScript model: the same kernels on the same input, on every device."""
+    for (model, device), package in aoti_packages.items():
+        if model != name:
+            continue
+        flags = ["--device", device, "--no-tf32", "--runs", "2"]
+        aoti = parse_key_values(run([INFER, package, *flags]))
+        script = parse_key_values(run([INFER, exported[name], *flags]))
+        assert aoti["format"] == "aoti" and script["format"] == "torchscript"
+        assert aoti["input_shape"] == script["input_shape"]  # from the package's metadata
+        for key in ("device", "output_shape", "output_dtype", "checksum_sum", "checksum_abs_sum"):
+            assert aoti[key] == script[key], (device, key, aoti, script)

@@ -1,12 +1,20 @@
-// fused_ops_infer: runs a TorchScript model that uses the fused operators, from C++ only
-// (libtorch + libfused_ops.so, no Python).
+// fused_ops_infer: runs a model that uses the fused operators, from C++ only (libtorch +
+// libfused_ops.so, no Python), in either of PyTorch's C++ deployment formats:
 //
-//   fused_ops_infer <model.pt> [N C D H W] [--runs K] [--warmup K] [--seed S]
+//   fused_ops_infer <model.pt | model.pt2> [N C D H W] [--runs K] [--warmup K] [--seed S]
 //                   [--device cpu|cuda] [--no-tf32]
 //
-// The model is a file saved by examples/export_torchscript.py (torch.jit.script + save).
+// * model.pt: TorchScript, saved by examples/export_torchscript.py (torch.jit.script + save;
+//   deprecated from PyTorch 2.14 on, but torch::jit::load still runs it);
+// * model.pt2: an AOTInductor package, saved by examples/export_aoti.py (torch.export +
+//   torch._inductor.aoti_compile_and_package), run by torch::inductor::AOTIModelPackageLoader.
+//   Its fused operators run through the package's proxy executor, which finds them in the
+//   dispatcher: libfused_ops.so is linked (and so loaded) before the package is. A package is
+//   compiled for one device (--device must match it).
+//
 // The input shape comes from the command line or, if not given there, from the "input_shape"
-// extra file that export_torchscript.py stores in the model. The input is
+// extra file (TorchScript) or metadata entry (AOTInductor) that the export scripts store in
+// the model. The input is
 //   torch::manual_seed(seed); torch::rand({N, C, D, H, W})   (float32, on the CPU)
 // moved to the device, so Python reproduces it with
 //   torch.manual_seed(seed); torch.rand(N, C, D, H, W)
@@ -14,9 +22,10 @@
 // --no-tf32 turns TF32 off for cuDNN convolutions and cuBLAS (libtorch, like PyTorch, allows
 // TF32 in cuDNN convolutions by default), e.g. to compare checksums with float32 exactly.
 //
-// Prints one "key: value" line each: model, device, tf32, input_shape, seed, output_shape,
-// output_dtype, checksum_sum, checksum_abs_sum (sums of the output and of its absolute
-// values, in double), warmup_runs, timed_runs, ms_per_run.
+// Prints one "key: value" line each: model, format (torchscript or aoti), device, tf32,
+// input_shape, seed, output_shape, output_dtype, checksum_sum, checksum_abs_sum (sums of the output
+// and of its absolute values, in double), warmup_runs, timed_runs, ms_per_run.
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -24,7 +33,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -47,7 +58,8 @@ struct Options {
     std::cerr << "error: " << error << "\n";
   }
   std::cerr << "usage: " << argv0
-            << " <model.pt> [N C D H W] [--runs K] [--warmup K] [--seed S] [--device cpu|cuda]"
+            << " <model.pt | model.pt2> [N C D H W] [--runs K] [--warmup K] [--seed S]"
+               " [--device cpu|cuda]"
                " [--no-tf32]\n";
   std::exit(2);
 }
@@ -125,6 +137,11 @@ std::string join(c10::IntArrayRef sizes) {
   return s.str();
 }
 
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 void synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize();
 }
@@ -144,33 +161,49 @@ int main(int argc, char** argv) {
       at::globalContext().setAllowTF32CuBLAS(false);
     }
 
-    torch::jit::ExtraFilesMap extra_files{{"input_shape", ""}};
-    torch::jit::Module module = torch::jit::load(opt.model_path, device, extra_files);
-    module.eval();
+    // The model, as a function of its input, and the input shape it stores.
+    std::function<torch::Tensor(const torch::Tensor&)> forward;
+    std::string stored_shape;
+    const bool aoti = ends_with(opt.model_path, ".pt2");
+    std::unique_ptr<torch::inductor::AOTIModelPackageLoader> package;
+    torch::jit::Module module;
+    if (aoti) {
+      package = std::make_unique<torch::inductor::AOTIModelPackageLoader>(opt.model_path);
+      const auto metadata = package->get_metadata();
+      const auto it = metadata.find("input_shape");
+      if (it != metadata.end()) stored_shape = it->second;
+      forward = [&](const torch::Tensor& x) { return package->run({x}).at(0); };
+    } else {
+      torch::jit::ExtraFilesMap extra_files{{"input_shape", ""}};
+      module = torch::jit::load(opt.model_path, device, extra_files);
+      module.eval();
+      stored_shape = extra_files["input_shape"];
+      forward = [&](const torch::Tensor& x) {
+        return module.forward(std::vector<torch::jit::IValue>{x}).toTensor();
+      };
+    }
 
     std::vector<int64_t> shape = opt.input_shape;
     if (shape.empty()) {
-      if (extra_files["input_shape"].empty()) {
+      if (stored_shape.empty()) {
         throw std::runtime_error(
-            "no input shape: give N C D H W on the command line (the model has no input_shape "
-            "extra file)");
+            "no input shape: give N C D H W on the command line (the model stores none)");
       }
-      shape = parse_shape(extra_files["input_shape"]);
+      shape = parse_shape(stored_shape);
     }
 
     torch::manual_seed(opt.seed);
     const torch::Tensor input = torch::rand(shape, torch::kFloat32).to(device);
 
     c10::InferenceMode inference_mode;
-    std::vector<torch::jit::IValue> inputs{input};
     torch::Tensor output;
     for (int i = 0; i < opt.warmup; ++i) {
-      output = module.forward(inputs).toTensor();
+      output = forward(input);
     }
     synchronize(device);
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < opt.runs; ++i) {
-      output = module.forward(inputs).toTensor();
+      output = forward(input);
     }
     synchronize(device);
     const auto stop = std::chrono::steady_clock::now();
@@ -181,6 +214,7 @@ int main(int argc, char** argv) {
     const double abs_sum = out64.abs().sum().item<double>();
 
     std::printf("model: %s\n", opt.model_path.c_str());
+    std::printf("format: %s\n", aoti ? "aoti" : "torchscript");
     std::printf("device: %s\n", device.str().c_str());
     std::printf("tf32: %s\n", at::globalContext().allowTF32CuDNN() ? "on" : "off");
     std::printf("input_shape: %s\n", join(input.sizes()).c_str());
