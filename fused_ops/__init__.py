@@ -47,6 +47,7 @@ __all__ = [
     "conv3d_group_norm_mean",
     "ConvTranspose3dReLUGroupNorm",
     "Conv3dGroupNormMean",
+    "optimize",
 ]
 
 _LIBRARY_NAME = "libfused_ops.so"
@@ -278,3 +279,4 @@ def conv3d_group_norm_mean(
 
 
 from .modules import Conv3dGroupNormMean, ConvTranspose3dReLUGroupNorm  # noqa: E402
+from .optimize import optimize  # noqa: E402
