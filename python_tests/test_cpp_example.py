@@ -239,5 +239,10 @@ def test_aoti_package_runs_in_cpp_like_torchscript(exported, aoti_packages, name
         script = parse_key_values(run([INFER, exported[name], *flags]))
         assert aoti["format"] == "aoti" and script["format"] == "torchscript"
         assert aoti["input_shape"] == script["input_shape"]  # from the package's metadata
-        for key in ("device", "output_shape", "output_dtype", "checksum_sum", "checksum_abs_sum"):
+        for key in ("device", "output_shape", "output_dtype"):
             assert aoti[key] == script[key], (device, key, aoti, script)
+        for key in ("checksum_sum", "checksum_abs_sum"):
+            if device == "cpu":  # the same kernels, bit for bit
+                assert aoti[key] == script[key], (device, key, aoti, script)
+            else:  # cuDNN may pick another float32 algorithm in another process
+                assert float(aoti[key]) == pytest.approx(float(script[key]), rel=1e-5, abs=1e-6)
