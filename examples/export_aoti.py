@@ -69,7 +69,8 @@ def _export(name: str, out_dir: str, headline: bool, device: str, seed: int, tol
     program_path = os.path.join(out_dir, f"{name}.export.pt2")
     torch.export.save(exported, program_path)
     with torch.no_grad():
-        if not torch.equal(torch.export.load(program_path).module()(x), exported.module()(x)):
+        # (Not bitwise: cuDNN's float32 transposed convolutions may sum in another order.)
+        if not torch.allclose(torch.export.load(program_path).module()(x), got, 1e-6, 1e-6):
             raise SystemExit(f"{name}: the reloaded ExportedProgram gives another output")
 
     package_path = os.path.join(out_dir, f"{name}.pt2")
