@@ -17,7 +17,9 @@ export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0a}"
 build_dir="${BUILD_DIR:-build-gpu}"
 # The lent GPU machines' default g++ (/opt/gcc) links libstdc++ statically into shared
 # libraries, and a second libstdc++ beside PyTorch's crashes on the first formatted error
-# message; the system g++ links it dynamically (CTest checks this).
+# message; the system g++ links it dynamically (CTest checks this). CXX also picks the compiler
+# torch._inductor builds AOTInductor packages with (python_tests/test_cpp_example.py): one
+# linked with a static libstdc++ makes loading the package crash.
 if [ -z "${FUSED_OPS_KEEP_CXX:-}" ] && [ -x /usr/bin/g++ ]; then
   export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
 fi
