@@ -13,12 +13,17 @@ Usage: FUSED_OPS_LIBRARY=build-cpu/libfused_ops.so python3 benchmarks/cpu_conv_l
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import sys
 import time
 
 import torch
 
-import fused_ops
-from fused_ops import reference, testing
+if importlib.util.find_spec("fused_ops") is None:  # not installed: the source checkout's
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import fused_ops  # noqa: E402
+from fused_ops import reference, testing  # noqa: E402
 
 CL = torch.channels_last_3d
 # name: (module class, __init__ arguments, input shape, the module's convolution)

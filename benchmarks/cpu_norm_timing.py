@@ -21,12 +21,17 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
+import os
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-import fused_ops  # noqa: F401  (loads the library)
+if importlib.util.find_spec("fused_ops") is None:  # not installed: the source checkout's
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import fused_ops  # noqa: E402, F401  (loads the library)
 
 G = 8
 EPS = 1e-5
