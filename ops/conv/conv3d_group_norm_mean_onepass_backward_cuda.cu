@@ -41,6 +41,7 @@
 // forward's size per box position; the region exceeds the box by the kernel's halo, so the
 // plan prefers large boxes (headline: 24 x 4 x 8 inputs, 22 x 6 x 10 outputs).
 #include "common/cuda/cuda_kernel.cuh"
+#include "common/cuda/device_info.cuh"
 #include "common/cuda/launch_utils.cuh"
 #include "common/cuda/scalar_ops.cuh"
 #include "conv/conv_input_box.cuh"
@@ -49,9 +50,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 #include <type_traits>
-#include <vector>
 
 namespace fused_ops {
 namespace gpu {
@@ -614,40 +613,9 @@ __global__ void __launch_bounds__(kThreads) param_grads_kernel(const BackwardArg
 // ---------------------------------------------------------------------------------------
 // Host side.
 
-struct DeviceInfo {
-  size_t shared_memory = 0;  // opt-in shared memory per block
-  int sms = 0;
-};
-
-// The current device's (cached per device).
-DeviceInfo device_info() {
-  static std::mutex mutex;
-  static std::vector<DeviceInfo> cache;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    return {};
-  }
-  std::lock_guard<std::mutex> lock(mutex);
-  if (static_cast<size_t>(device) >= cache.size()) {
-    cache.resize(device + 1);
-  }
-  DeviceInfo& info = cache[device];
-  if (info.shared_memory == 0) {
-    int bytes = 0, sms = 0;
-    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-            cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      return {};
-    }
-    info.shared_memory = static_cast<size_t>(bytes);
-    info.sms = sms;
-  }
-  return info;
-}
-
 // Two blocks per SM where the problem fits them, else one.
 conv::OnePassBackwardPlan plan_for(const conv::Conv3dGroupNormMeanBackwardParams& p) {
-  const DeviceInfo info = device_info();
+  const DeviceInfo info = current_device_info();
   conv::OnePassBackwardPlan plan = conv::plan_conv3d_group_norm_mean_onepass_backward(
       p.conv, p.dtype, std::min(info.shared_memory, kTwoBlockSharedMemory));
   if (!plan.supported && info.shared_memory > kTwoBlockSharedMemory) {
@@ -656,14 +624,34 @@ conv::OnePassBackwardPlan plan_for(const conv::Conv3dGroupNormMeanBackwardParams
   return plan;
 }
 
-// The persistent grid: the blocks that fit on the device at once (fewer where the weight
-// gradient's partials would exceed kMaxPartialBytes), at most one per tile.
+// The tile kernel for p's strides, ready for plan's shared memory (null if that fails).
+template <typename T>
+auto tile_kernel(const conv::Conv3dGroupNormMeanBackwardParams& p,
+                 const conv::OnePassBackwardPlan& plan) -> void (*)(BackwardArgs) {
+  const bool unit_stride = p.conv.stride[0] == 1 && p.conv.stride[1] == 1 && p.conv.stride[2] == 1;
+  void (*kernel)(BackwardArgs) =
+      unit_stride ? onepass_backward_kernel<T, true> : onepass_backward_kernel<T, false>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(plan.smem_bytes)) != cudaSuccess) {
+    return nullptr;
+  }
+  return kernel;
+}
+
+// The persistent grid: the blocks that fit on the device at once (the occupancy calculator's
+// count; fewer where the weight gradient's partials would exceed kMaxPartialBytes), at most
+// one per tile. The same for workspace_bytes and launch.
 template <typename T>
 int grid_for(const conv::Conv3dGroupNormMeanBackwardParams& p,
              const conv::OnePassBackwardPlan& plan) {
-  const DeviceInfo info = device_info();
-  const int per_sm = plan.smem_bytes <= kTwoBlockSharedMemory ? 2 : 1;
-  int64_t grid = std::min<int64_t>(plan.tiles, static_cast<int64_t>(info.sms) * per_sm);
+  int per_sm = 0;
+  const auto kernel = tile_kernel<T>(p, plan);
+  if (kernel == nullptr || cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                               &per_sm, kernel, kThreads, plan.smem_bytes) != cudaSuccess) {
+    per_sm = 1;
+  }
+  const int64_t sms = std::max(current_device_info().multiprocessors, 1);
+  int64_t grid = std::min<int64_t>(plan.tiles, sms * std::max(per_sm, 1));
   const size_t partial_bytes = static_cast<size_t>(p.conv.C_out * plan.K) * sizeof(double);
   grid = std::min<int64_t>(grid, std::max<int64_t>(1, kMaxPartialBytes / partial_bytes));
   return static_cast<int>(std::max<int64_t>(grid, 1));
@@ -714,12 +702,10 @@ struct OnePassBackwardFamily {
         <<<static_cast<unsigned>(ceil_div(NC, kThreads)), kThreads, 0, stream>>>(args);
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     if (p.dx != nullptr || p.dweight != nullptr) {
-      const bool unit_stride =
-          p.conv.stride[0] == 1 && p.conv.stride[1] == 1 && p.conv.stride[2] == 1;
-      const auto kernel =
-          unit_stride ? onepass_backward_kernel<T, true> : onepass_backward_kernel<T, false>;
-      FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem_bytes)));
+      const auto kernel = tile_kernel<T>(p, plan);
+      if (kernel == nullptr) {
+        return cudaErrorInvalidValue;
+      }
       kernel<<<static_cast<unsigned>(grid), kThreads, plan.smem_bytes, stream>>>(args);
       FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     }

@@ -38,6 +38,7 @@
 //
 // Every sum has a fixed order that depends on the shape only: results are deterministic.
 #include "common/cuda/cuda_kernel.cuh"
+#include "common/cuda/device_info.cuh"
 #include "common/cuda/launch_utils.cuh"
 #include "common/cuda/scalar_ops.cuh"
 #include "conv/conv_input_box.cuh"
@@ -45,8 +46,6 @@
 #include "norm/group_norm_math.h"
 
 #include <cstdint>
-#include <mutex>
-#include <vector>
 
 namespace fused_ops {
 namespace gpu {
@@ -570,41 +569,10 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
 // ---------------------------------------------------------------------------------------
 // Host side.
 
-struct DeviceLimits {
-  size_t shared_memory = 0;   // opt-in shared memory per block
-  bool tensor_cores = false;  // compute capability 8.0+ (mma.sync TF32)
-};
-
-// The current device's limits (cached per device).
-DeviceLimits device_limits() {
-  static std::mutex mutex;
-  static std::vector<DeviceLimits> cache;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    return {};
-  }
-  std::lock_guard<std::mutex> lock(mutex);
-  if (static_cast<size_t>(device) >= cache.size()) {
-    cache.resize(device + 1);
-  }
-  DeviceLimits& limits = cache[device];
-  if (limits.shared_memory == 0) {
-    int bytes = 0, major = 0;
-    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-            cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-      return {};
-    }
-    limits.shared_memory = static_cast<size_t>(bytes);
-    limits.tensor_cores = major >= 8;
-  }
-  return limits;
-}
-
 conv::OnePassPlan plan_for(const conv::Conv3dGroupNormMeanParams& p) {
-  const DeviceLimits limits = device_limits();
-  return conv::plan_conv3d_group_norm_mean_onepass(p.conv, p.dtype, limits.shared_memory,
-                                                   limits.tensor_cores && p.allow_tensor_cores);
+  const DeviceInfo device = current_device_info();
+  return conv::plan_conv3d_group_norm_mean_onepass(p.conv, p.dtype, device.shared_memory,
+                                                   device.tensor_cores && p.allow_tensor_cores);
 }
 
 // Launches `moments` on a persistent grid (the blocks that fit on the device at once), then
