@@ -1,0 +1,157 @@
+"""Property-based fuzzing (hypothesis) of all four operators against their float64
+composites, forward and every gradient: random shapes, groups, strides, paddings, output
+paddings, dilations, conv groups, dtypes, memory formats, affine or not, on the CPU and on
+CUDA. The profile FUSED_OPS_FUZZ=ci (default: a fixed budget, derandomised so CI is
+reproducible) or FUSED_OPS_FUZZ=long (many more examples, for the GPU machine). A failure
+prints the falsifying example (hypothesis' reproducer) and the tensors' seed."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from helpers import check_against_reference, conv3d_args, conv_transpose_args, norm_args
+
+hypothesis = pytest.importorskip(
+    "hypothesis", reason="hypothesis not installed: pip install hypothesis"
+)
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_COMMON = dict(
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.register_profile("ci", max_examples=20, derandomize=True, **_COMMON)
+settings.register_profile("long", max_examples=400, **_COMMON)
+settings.load_profile(os.environ.get("FUSED_OPS_FUZZ", "ci"))
+
+DTYPES = st.sampled_from([torch.float32, torch.float64])
+# Gradient tolerances (relative to the largest magnitude), as the tests of test_ops.py use.
+GRAD_TOL = {torch.float32: (1e-4, 2e-5), torch.float64: (1e-9, 1e-10)}
+
+
+@st.composite
+def norm_cases(draw):
+    rank = draw(st.integers(2, 5))
+    groups = draw(st.integers(1, 4))
+    C = groups * draw(st.integers(1, 4))
+    shape = [draw(st.integers(1, 3)), C] + [draw(st.integers(1, 6)) for _ in range(rank - 2)]
+    # At least 3 values per (sample, group). With one, the reference rejects a batch of one
+    # ("Expected more than 1 value per channel") and the variance is 0 (known gap: a group of
+    # equal values gives |y| ~ ulp(x * rstd), up to ~1e-4 at eps = 1e-5, where ATen's CPU
+    # kernel gives 0: the kernels fold (x - mean) * rstd * w + b into x * scale + shift). With
+    # two, the normalised values are +-1 whatever x is: every input gradient is 0 by
+    # structure, and what is left is rounding of cancelling terms, not comparable to 0.
+    hypothesis.assume(C // groups * math.prod(shape[2:]) > 2)
+    return dict(
+        shape=shape,
+        groups=groups,
+        weight=draw(st.booleans()),
+        bias=draw(st.booleans()),
+        dtype=draw(DTYPES),
+        channels_last=rank in (4, 5) and draw(st.booleans()),
+        offset=draw(st.sampled_from([0.0, 3.0])),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+@st.composite
+def conv_cases(draw, transposed):
+    groups = draw(st.integers(1, 2))
+    c_in = groups * draw(st.integers(1, 3))
+    num_groups = draw(st.integers(1, 3))
+    c_out = groups * num_groups * draw(st.integers(1, 2))
+    k = [draw(st.integers(1, 3)) for _ in range(3)]
+    stride = [draw(st.integers(1, 2)) for _ in range(3)]
+    dilation = [draw(st.integers(1, 2)) for _ in range(3)]
+    padding = [draw(st.integers(0, 1)) for _ in range(3)]
+    output_padding = [
+        draw(st.integers(0, max(stride[i], dilation[i]) - 1)) if transposed else 0 for i in range(3)
+    ]
+    size = []
+    for i in range(3):
+        reach = (k[i] - 1) * dilation[i] + 1
+        low = 1 if transposed else max(reach - 2 * padding[i], 1)
+        size.append(low + draw(st.integers(0, 4)))
+    out = []
+    for i in range(3):
+        if transposed:
+            n = (size[i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (k[i] - 1)
+            out.append(n + output_padding[i] + 1)
+        else:
+            out.append((size[i] + 2 * padding[i] - dilation[i] * (k[i] - 1) - 1) // stride[i] + 1)
+    # A non-empty output with at least 3 values per (sample, group): see norm_cases.
+    hypothesis.assume(min(out) >= 1 and c_out // num_groups * math.prod(out) > 2)
+    gn_affine = draw(st.booleans())
+    if not transposed:
+        # (Without a weight, or one channel per group, the mean of GroupNorm does not depend on
+        # the input: its gradients are 0 by structure.)
+        hypothesis.assume(gn_affine and c_out // num_groups > 1)
+    return dict(
+        input_shape=(draw(st.integers(1, 2)), c_in, *size),
+        out_channels=c_out,
+        kernel_size=k,
+        num_groups=num_groups,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+        conv_bias=draw(st.booleans()),
+        gn_affine=gn_affine,
+        dtype=draw(DTYPES),
+        seed=draw(st.integers(0, 2**31 - 1)),
+        **({"output_padding": output_padding} if transposed else {}),
+    )
+
+
+def _check(op, args, dtype):
+    if dtype == torch.float32:
+        torch.backends.cudnn.allow_tf32 = False  # float32 convolutions on both sides
+    rtol, atol = GRAD_TOL[dtype]
+    check_against_reference(op, args, grad_rtol=rtol, grad_atol=atol)
+
+
+@pytest.mark.parametrize("op", ["relu_group_norm", "group_norm_mean"])
+@given(case=norm_cases())
+def test_norm_ops_fuzz(device, op, case):
+    if op == "group_norm_mean":
+        # Without a weight, or with one channel per group, the output does not depend on x
+        # (every channel's mean is its group's): the input gradient is 0 by structure.
+        hypothesis.assume(case["weight"] and case["shape"][1] // case["groups"] > 1)
+    torch.manual_seed(case["seed"])
+    args = norm_args(
+        case["shape"],
+        case["groups"],
+        weight=case["weight"],
+        bias=case["bias"],
+        dtype=case["dtype"],
+        device=device,
+    )
+    with torch.no_grad():
+        args[0] += case["offset"]
+        if case["channels_last"]:
+            fmt = torch.channels_last if len(case["shape"]) == 4 else torch.channels_last_3d
+            args[0] = args[0].detach().to(memory_format=fmt).requires_grad_(True)
+    _check(op, args, case["dtype"])
+
+
+@given(case=conv_cases(transposed=True))
+def test_conv_transpose3d_relu_group_norm_fuzz(device, case):
+    case = dict(case)
+    torch.manual_seed(case.pop("seed"))
+    dtype = case["dtype"]
+    args = conv_transpose_args(**case, device=device)
+    _check("conv_transpose3d_relu_group_norm", args, dtype)
+
+
+@given(case=conv_cases(transposed=False))
+def test_conv3d_group_norm_mean_fuzz(device, case):
+    case = dict(case)
+    torch.manual_seed(case.pop("seed"))
+    dtype = case["dtype"]
+    args = conv3d_args(**case, device=device)
+    _check("conv3d_group_norm_mean", args, dtype)
