@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import fused_ops
 from fused_ops import reference, testing
-from helpers import requires_cuda
+from helpers import assert_close_scaled, requires_cuda
 
 DROP_INS = {
     "ConvTranspose3dReLUGroupNorm": (
@@ -144,5 +144,8 @@ def test_cuda_graph_capture_and_replay(name):
         torch.testing.assert_close(static_out, expected, rtol=1e-5, atol=1e-6)
         original.zero_grad(set_to_none=True)
         original(new_x).sum().backward()
+        # The transposed convolution's gradients are cuDNN's, whose float32 algorithms (chosen
+        # per call, e.g. by the workspace free during capture) differ by up to ~5e-4 of the
+        # largest magnitude at these sizes (test_numerics_contract.py measures the spread).
         for (pname, p), q in zip(original.named_parameters(), fused.parameters()):
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=pname)
+            assert_close_scaled(q.grad, p.grad, 5e-4, what=pname)
