@@ -489,13 +489,20 @@ MODELS = {
 }
 
 
-def make_pair(name, device="cpu", dtype=torch.float32):
-    """(original, fused) with the same random parameters, on device, in dtype."""
-    Original, Fused, init, input_shape = MODELS[name]
-    original = randomise_(Original(**init)).to(device=device, dtype=dtype)
-    fused = Fused(**init).to(device=device, dtype=dtype)
+def drop_in_pair(cls_name, init, device="cpu", dtype=torch.float32):
+    """(original, fused): fused_ops.reference.<cls_name>(**init) with random parameters
+    (GroupNorm affine and conv bias too), and the drop-in fused_ops.<cls_name> with the same
+    state_dict, both on device, in dtype."""
+    original = randomise_(getattr(reference_models, cls_name)(**init))
+    fused = getattr(fused_ops, cls_name)(**init)
     fused.load_state_dict(original.state_dict())
-    return original, fused, input_shape
+    return original.to(device=device, dtype=dtype), fused.to(device=device, dtype=dtype)
+
+
+def make_pair(name, device="cpu", dtype=torch.float32):
+    """(original, fused, input shape) of MODELS[name] (drop_in_pair)."""
+    Original, _, init, input_shape = MODELS[name]
+    return (*drop_in_pair(Original.__name__, init, device, dtype), input_shape)
 
 
 def forward_backward(model, x, grad_out=None):

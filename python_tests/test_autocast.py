@@ -9,9 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import fused_ops
-from fused_ops import reference, testing
-from helpers import requires_torchscript
+from helpers import drop_in_pair, requires_torchscript
 
 LOW = [torch.bfloat16, torch.float16]
 
@@ -33,10 +31,7 @@ TOL = {torch.bfloat16: 3e-2, torch.float16: 4e-3}
 
 def _pair(name, device):
     init, shape = MODELS[name]
-    original = testing.randomise_(getattr(reference, name)(**init)).to(device)
-    fused = getattr(fused_ops, name)(**init).to(device)
-    fused.load_state_dict(original.state_dict())
-    return original, fused, shape
+    return (*drop_in_pair(name, init, device), shape)
 
 
 def _close(actual, expected, tol, what):

@@ -21,7 +21,7 @@ import torch
 
 import fused_ops
 from fused_ops import reference, testing
-from helpers import conv3d_args, conv_transpose_args, norm_args, requires_cuda
+from helpers import conv3d_args, conv_transpose_args, drop_in_pair, norm_args, requires_cuda
 
 # (original class name, __init__ arguments, input shape)
 CASES = {
@@ -79,16 +79,9 @@ DTYPES = {
 ERROR_FLOOR = {torch.float32: 2e-7, torch.float64: 1e-10, torch.float16: 1e-3, torch.bfloat16: 8e-3}
 
 
-def _pair(cls_name, init, device, dtype):
-    original = testing.randomise_(getattr(reference, cls_name)(**init))
-    fused = getattr(fused_ops, cls_name)(**init)
-    fused.load_state_dict(original.state_dict())
-    return original.to(device=device, dtype=dtype), fused.to(device=device, dtype=dtype)
-
-
 def _compare(case, device, dtype, mode, dist, grad):
     cls_name, init, shape = case
-    original, fused = _pair(cls_name, init, device, dtype)
+    original, fused = drop_in_pair(cls_name, init, device, dtype)
     x = (torch.rand if dist == "rand" else torch.randn)(shape, device=device).to(dtype)
     torch.backends.cudnn.allow_tf32 = MODES[mode]
     return testing.compare_with_original(original, fused, x, grad=grad)

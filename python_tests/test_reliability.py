@@ -11,9 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import fused_ops
-from fused_ops import reference, testing
-from helpers import assert_close_scaled, requires_cuda
+from helpers import assert_close_scaled, drop_in_pair, requires_cuda
 
 DROP_INS = {
     "ConvTranspose3dReLUGroupNorm": (
@@ -29,10 +27,7 @@ DROP_INS = {
 
 def _pair(name, device):
     init, shape = DROP_INS[name]
-    original = testing.randomise_(getattr(reference, name)(**init)).to(device)
-    fused = getattr(fused_ops, name)(**init).to(device)
-    fused.load_state_dict(original.state_dict())
-    return original, fused, shape
+    return (*drop_in_pair(name, init, device), shape)
 
 
 def _with_non_finite(x):
