@@ -204,6 +204,28 @@ def _check_dtypes(x, *dtypes) -> Optional[str]:
     return None
 
 
+def _conv_pattern_why(why, chain, inp, dtypes) -> Optional[str]:
+    """Why a conv pattern cannot be fused, or None: `why` from the convolution itself, an
+    intermediate of `chain` ((node, its only allowed user, what it is)) used elsewhere, an
+    unbatched input, parameters of another dtype than the input."""
+    for intermediate, user, what in chain:
+        if why is None and not _only_user(intermediate, user):
+            why = f"the {what} output is used elsewhere"
+    shape = _shape(inp)
+    if why is None and (shape is None or len(shape) != 5):
+        why = "unbatched input"
+    return why or _check_dtypes(inp, *dtypes)
+
+
+def _rewrite(gm, report, pattern, nodes, why, at, fn, args, kwargs) -> bool:
+    """Replaces node `at` by fn(*args, **kwargs) unless there is a reason not to (`why`);
+    reports the match either way. Whether it replaced."""
+    if why is None:
+        _replace(gm, at, fn, args, kwargs)
+    report.append(Rewrite(pattern, nodes, why is None, why or fn.__name__))
+    return why is None
+
+
 def optimize(model: nn.Module, *example_inputs) -> torch.fx.GraphModule:
     """`model` traced with torch.fx, its fusable patterns replaced by the fused operators
     (see the module docstring). `example_inputs` (what ``model(*example_inputs)`` takes) are
@@ -228,34 +250,20 @@ def optimize(model: nn.Module, *example_inputs) -> torch.fx.GraphModule:
         if mean_why:
             report.append(Rewrite(GN_MEAN, [node.name, mean.name], False, mean_why))
         if mean is not None and mean_why is None:
-            done = False
             conv = _conv(gm, x, transposed=False) if isinstance(x, torch.fx.Node) else None
+            fused_conv = False
             if conv is not None:
                 inp, kw, w_dtype, why = conv
-                nodes = [x.name, node.name, mean.name]
-                shape = _shape(inp)
-                why = why or (None if _only_user(x, node) else "the conv output is used elsewhere")
-                why = why or (None if shape is not None and len(shape) == 5 else "unbatched input")
-                why = why or _check_dtypes(inp, w_dtype, gn_dtype)
-                if why is None:
-                    _replace(gm, mean, fused_ops.conv3d_group_norm_mean, (inp,), {**kw, **gn_kw})
-                    report.append(Rewrite(CONV_GN_MEAN, nodes, True, "conv3d_group_norm_mean"))
-                    done = True
-                else:
-                    report.append(Rewrite(CONV_GN_MEAN, nodes, False, why))
-            if not done:
-                why = _check_dtypes(x, gn_dtype)
-                if why is None:
-                    _replace(
-                        gm,
-                        mean,
-                        fused_ops.group_norm_mean,
-                        (x, num_groups, gn_weight, gn_bias, eps),
-                        {},
-                    )
-                report.append(
-                    Rewrite(GN_MEAN, [node.name, mean.name], why is None, why or "group_norm_mean")
-                )
+                why = _conv_pattern_why(why, [(x, node, "conv")], inp, (w_dtype, gn_dtype))
+                fused_conv = _rewrite(
+                    gm, report, CONV_GN_MEAN, [x.name, node.name, mean.name], why, mean,
+                    fused_ops.conv3d_group_norm_mean, (inp,), {**kw, **gn_kw},
+                )  # fmt: skip
+            if not fused_conv:
+                _rewrite(
+                    gm, report, GN_MEAN, [node.name, mean.name], _check_dtypes(x, gn_dtype), mean,
+                    fused_ops.group_norm_mean, (x, num_groups, gn_weight, gn_bias, eps), {},
+                )  # fmt: skip
             continue
         relu_in = _relu_input(gm, x) if isinstance(x, torch.fx.Node) else None
         if relu_in is None:
@@ -263,31 +271,17 @@ def optimize(model: nn.Module, *example_inputs) -> torch.fx.GraphModule:
         conv = _conv(gm, relu_in, transposed=True) if isinstance(relu_in, torch.fx.Node) else None
         if conv is not None:
             inp, kw, w_dtype, why = conv
-            nodes = [relu_in.name, x.name, node.name]
-            shape = _shape(inp)
-            why = why or (None if _only_user(relu_in, x) else "the conv output is used elsewhere")
-            why = why or (None if _only_user(x, node) else "the ReLU output is used elsewhere")
-            why = why or (None if shape is not None and len(shape) == 5 else "unbatched input")
-            why = why or _check_dtypes(inp, w_dtype, gn_dtype)
-            if why is None:
-                _replace(
-                    gm, node, fused_ops.conv_transpose3d_relu_group_norm, (inp,), {**kw, **gn_kw}
-                )
-                report.append(
-                    Rewrite(CONV_TRANSPOSE_RELU_GN, nodes, True, "conv_transpose3d_relu_group_norm")
-                )
+            chain = [(relu_in, x, "conv"), (x, node, "ReLU")]
+            why = _conv_pattern_why(why, chain, inp, (w_dtype, gn_dtype))
+            if _rewrite(
+                gm, report, CONV_TRANSPOSE_RELU_GN, [relu_in.name, x.name, node.name], why, node,
+                fused_ops.conv_transpose3d_relu_group_norm, (inp,), {**kw, **gn_kw},
+            ):  # fmt: skip
                 continue
-            report.append(Rewrite(CONV_TRANSPOSE_RELU_GN, nodes, False, why))
-        why = _check_dtypes(relu_in, gn_dtype)
-        if why is None:
-            _replace(
-                gm,
-                node,
-                fused_ops.relu_group_norm,
-                (relu_in, num_groups, gn_weight, gn_bias, eps),
-                {},
-            )
-        report.append(Rewrite(RELU_GN, [x.name, node.name], why is None, why or "relu_group_norm"))
+        _rewrite(
+            gm, report, RELU_GN, [x.name, node.name], _check_dtypes(relu_in, gn_dtype), node,
+            fused_ops.relu_group_norm, (relu_in, num_groups, gn_weight, gn_bias, eps), {},
+        )  # fmt: skip
     gm.graph.eliminate_dead_code()
     gm.graph.lint()
     gm.recompile()
