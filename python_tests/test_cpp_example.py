@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from helpers import REPO_DIR, requires_torchscript, torchscript_skip_reason
+from helpers import DEVICES, REPO_DIR, requires_torchscript, torchscript_skip_reason
 
 # The C++ program runs with --no-tf32 and Python recomputes its checksums in plain float32.
 pytestmark = pytest.mark.tf32_off
@@ -199,9 +199,77 @@ def test_cpp_inference_errors(tmp_path):
     r = subprocess.run([INFER], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "usage" in r.stderr
     r = subprocess.run(
+        [INFER, str(tmp_path / "m.pt"), "--threads", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "usage" in r.stderr
+    r = subprocess.run(
         [INFER, str(tmp_path / "missing.pt")], capture_output=True, text=True, timeout=120
     )
     assert r.returncode != 0 and "error" in r.stderr
+
+
+THREADS = 8
+
+
+def check_threads(result, model_path, runs):
+    """The --threads lines of one run: every thread ran its own input (seed + thread index)
+    `runs` times and matched the program's single-threaded run of that input (bitwise on
+    the CPU), and each thread's checksum is what Python computes for that input."""
+    out = "\n".join(f"{k}: {v}" for k, v in result.items())
+    assert result["threads"] == str(THREADS), out
+    assert result["thread_check"] == "ok", out
+    device = result["device"]
+    tolerance = float(result["thread_tolerance"])
+    assert tolerance == (0.0 if device == "cpu" else 1e-5), out
+    shape = [int(s) for s in result["input_shape"].split()]
+    seed = int(result["seed"])
+    sums = []
+    for t in range(THREADS):
+        fields = result[f"thread_{t}"].split()
+        assert fields[-1] == "ok", (t, out)
+        values = dict(zip(fields[0:-1:2], fields[1:-1:2]))
+        assert int(values["seed"]) == seed + t and int(values["runs"]) == runs, (t, out)
+        max_abs_diff = float(values["max_abs_diff"])
+        if device == "cpu":
+            assert max_abs_diff == 0.0, (t, out)
+        _, expected_sum, expected_abs = python_checksums(model_path, shape, seed + t, device)
+        checksum = float(values["checksum_sum"])
+        assert checksum == pytest.approx(expected_sum, rel=1e-5, abs=1e-5 * expected_abs), (t, out)
+        sums.append(checksum)
+    # Thread 0's input is the main run's, and the inputs differ (so do their outputs).
+    if device == "cpu":
+        assert float(result["checksum_sum"]) == sums[0]
+    else:
+        assert float(result["checksum_sum"]) == pytest.approx(sums[0], rel=1e-5, abs=1e-6)
+    assert len(set(sums)) == THREADS, sums
+
+
+@requires_torchscript
+@requires_infer
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", MODELS)
+def test_cpp_inference_threads_share_the_torchscript_module(exported, name, device):
+    """--threads 8: eight threads run the one loaded TorchScript module at once (each on its
+    own CUDA stream on a GPU) on their own inputs; every output equals the single-threaded
+    run of its input."""
+    runs = 3
+    cmd = [INFER, exported[name], "--device", device, "--no-tf32", "--runs", str(runs)]
+    result = parse_key_values(run([*cmd, "--threads", str(THREADS)]))
+    assert result["device"].startswith(device), result
+    check_threads(result, exported[name], runs)
+    # The main run's lines are those of a run without --threads.
+    single = parse_key_values(run(cmd))
+    assert single["threads"] == "1" and "thread_check" not in single
+    for key in ("input_shape", "output_shape", "output_dtype"):
+        assert result[key] == single[key]
+    for key in ("checksum_sum", "checksum_abs_sum"):
+        if device == "cpu":
+            assert result[key] == single[key]
+        else:
+            assert float(result[key]) == pytest.approx(float(single[key]), rel=1e-5, abs=1e-6)
 
 
 EXPORT_AOTI_SCRIPT = os.path.join(REPO_DIR, "examples", "export_aoti.py")
@@ -246,3 +314,20 @@ def test_aoti_package_runs_in_cpp_like_torchscript(exported, aoti_packages, name
                 assert aoti[key] == script[key], (device, key, aoti, script)
             else:  # cuDNN may pick another float32 algorithm in another process
                 assert float(aoti[key]) == pytest.approx(float(script[key]), rel=1e-5, abs=1e-6)
+
+
+@requires_torchscript
+@requires_infer
+@pytest.mark.parametrize("name", MODELS)
+def test_aoti_package_serves_threads(exported, aoti_packages, name):
+    """--threads 8 on the AOTInductor package (one runner per thread, each thread on its own
+    CUDA stream on a GPU): every output equals the single-threaded run of its input, and the
+    checksums are the TorchScript model's (the same parameters) as Python computes them."""
+    runs = 3
+    for (model, device), package in aoti_packages.items():
+        if model != name:
+            continue
+        flags = ["--device", device, "--no-tf32", "--runs", str(runs), "--threads", str(THREADS)]
+        result = parse_key_values(run([INFER, package, *flags]))
+        assert result["format"] == "aoti" and result["device"].startswith(device), result
+        check_threads(result, exported[name], runs)

@@ -1,6 +1,7 @@
 """Conditions beyond values on regular inputs: non-finite inputs propagate as the original
 modules propagate them, many calls leave memory flat, and CUDA graphs capture and replay
-both drop-ins (forward, and forward+backward) with eager's results."""
+both drop-ins (forward, and forward+backward) with eager's results, and the operators give
+the same results on several CUDA streams at once as on the default stream."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import assert_close_scaled, drop_in_pair, requires_cuda
+from helpers import assert_close_scaled, assert_same_run, drop_in_pair, requires_cuda
 
 DROP_INS = {
     "ConvTranspose3dReLUGroupNorm": (
@@ -144,3 +145,89 @@ def test_cuda_graph_capture_and_replay(name):
         # largest magnitude at these sizes (test_numerics_contract.py measures the spread).
         for (pname, p), q in zip(original.named_parameters(), fused.parameters()):
             assert_close_scaled(q.grad, p.grad, 5e-4, what=pname)
+
+
+def _stream_inputs(k):
+    """The inputs of side stream k's work (its own values, on the default stream)."""
+    g = torch.Generator().manual_seed(1000 + k)
+
+    def rand(*shape, mean=0.0):
+        return (torch.randn(shape, generator=g, dtype=torch.float64) + mean).float().cuda()
+
+    return {
+        # Large enough that each stream's kernels are still running when the next stream's
+        # are queued.
+        "x": rand(4, 32, 12, 16, 20),
+        "w": rand(32, mean=1.0),
+        "b": rand(32),
+        "grad": rand(4, 32, 12, 16, 20),
+        "grad_n": rand(4),
+        "ConvTranspose3dReLUGroupNorm": rand(4, 4, 8, 9, 10),
+        "Conv3dGroupNormMean": rand(4, 3, 12, 14, 16),
+    }
+
+
+def _stream_work(inputs, modules):
+    """Every fused operator forward and backward on one stream's inputs: {what: tensor}.
+    Gradients come from torch.autograd.grad, not .backward(): the modules are shared by all
+    streams, and accumulating into their .grad from several streams would mix them."""
+    out = {}
+    x = inputs["x"].detach().requires_grad_(True)
+    w = inputs["w"].detach().requires_grad_(True)
+    b = inputs["b"].detach().requires_grad_(True)
+    y = torch.ops.fused.relu_group_norm(x, 8, w, b, 1e-5)
+    out["relu_group_norm"] = y.detach()
+    grads = torch.autograd.grad(y, [x, w, b], inputs["grad"])
+    out.update({f"relu_group_norm grad {n}": g for n, g in zip("xwb", grads)})
+    m = torch.ops.fused.group_norm_mean(x, 8, w, b, 1e-5)
+    out["group_norm_mean"] = m.detach()
+    grads = torch.autograd.grad(m, [x, w, b], inputs["grad_n"])
+    out.update({f"group_norm_mean grad {n}": g for n, g in zip("xwb", grads)})
+    for name, module in modules.items():
+        xi = inputs[name].detach().requires_grad_(True)
+        params = dict(module.named_parameters())
+        y = module(xi)
+        out[name] = y.detach()
+        grads = torch.autograd.grad(y, [xi, *params.values()], torch.ones_like(y))
+        out.update({f"{name} grad {n}": g for n, g in zip(["input", *params], grads)})
+    return out
+
+
+@requires_cuda
+@pytest.mark.tf32_off
+def test_ops_on_several_streams_match_the_default_stream():
+    """Four side streams (torch.cuda.Stream) each run every fused operator and both drop-ins,
+    forward and backward, on their own inputs, with their launches interleaved so that the
+    streams' kernels overlap on the GPU; each stream's results equal those of the same inputs
+    run on the default stream alone (so the operators launch on the current stream, and
+    their workspaces and statistics are not shared between concurrent calls)."""
+    modules = {name: _pair(name, "cuda")[1] for name in DROP_INS}
+    inputs = [_stream_inputs(k) for k in range(4)]
+    expected = [_stream_work(i, modules) for i in inputs]
+    torch.cuda.synchronize()
+
+    streams = [torch.cuda.Stream() for _ in inputs]
+    for rounds in range(2):
+        for s in streams:
+            s.wait_stream(torch.cuda.current_stream())  # the inputs are ready
+        results = []
+        for s, i in zip(streams, inputs):
+            with torch.cuda.stream(s):
+                results.append(_stream_work(i, modules))
+        for s in streams:
+            torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        for k, (got, want) in enumerate(zip(results, expected)):
+            assert got.keys() == want.keys()
+            for what in want:
+                where = f"round {rounds}, stream {k}: {what}"
+                if what.startswith("ConvTranspose3dReLUGroupNorm grad"):
+                    # cuDNN's backward convolutions: another stream may get another float32
+                    # algorithm, which differs by up to ~5e-4 of the largest magnitude
+                    # (see test_cuda_graph_capture_and_replay).
+                    assert_close_scaled(got[what], want[what], 5e-4, what=where)
+                else:
+                    assert_same_run(got[what], want[what], what=where)
+        # Each stream's inputs give their own results (the comparison above is not between
+        # copies of one computation).
+        assert not torch.equal(results[0]["relu_group_norm"], results[1]["relu_group_norm"])

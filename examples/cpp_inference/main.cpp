@@ -2,7 +2,7 @@
 // libfused_ops.so, no Python), in either of PyTorch's C++ deployment formats:
 //
 //   fused_ops_infer <model.pt | model.pt2> [N C D H W] [--runs K] [--warmup K] [--seed S]
-//                   [--device cpu|cuda] [--no-tf32]
+//                   [--device cpu|cuda] [--no-tf32] [--threads T]
 //
 // * model.pt: TorchScript, saved by examples/export_torchscript.py (torch.jit.script + save;
 //   deprecated from PyTorch 2.14 on, but torch::jit::load still runs it);
@@ -24,21 +24,41 @@
 //
 // Prints one "key: value" line each: model, format (torchscript or aoti), device, tf32,
 // input_shape, seed, output_shape, output_dtype, checksum_sum, checksum_abs_sum (sums of the output
-// and of its absolute values, in double), warmup_runs, timed_runs, ms_per_run.
+// and of its absolute values, in double), warmup_runs, timed_runs, ms_per_run, threads.
+//
+// --threads T (T > 1) then checks that the loaded model can serve several threads at once: T
+// threads share the one loaded model (the TorchScript module, or the AOTInductor package with
+// T runners so that the threads need not queue for one), each on its own CUDA stream from
+// PyTorch's pool when on CUDA. Thread t runs its own input, the one --seed S + t gives, --runs K
+// times; every output is compared with a run of the same input made beforehand on the main
+// thread alone: bitwise on the CPU (the CPU kernels are deterministic for any thread count),
+// within 1e-5 of the largest magnitude on CUDA (cuDNN may pick another float32 algorithm on
+// another thread). Prints thread_tolerance, thread_<t> (seed, runs, max_abs_diff,
+// checksum_sum, ok or MISMATCH), thread_check (ok or FAILED) and threads_wall_ms, and exits
+// with 1 if any output differs (or a thread failed).
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <ATen/Parallel.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <latch>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -51,6 +71,7 @@ struct Options {
   uint64_t seed = 0;
   std::string device;  // empty: cuda if available, else cpu
   bool no_tf32 = false;
+  int threads = 1;  // > 1: the concurrency check (see the top of this file)
 };
 
 [[noreturn]] void usage(const char* argv0, const std::string& error) {
@@ -60,7 +81,7 @@ struct Options {
   std::cerr << "usage: " << argv0
             << " <model.pt | model.pt2> [N C D H W] [--runs K] [--warmup K] [--seed S]"
                " [--device cpu|cuda]"
-               " [--no-tf32]\n";
+               " [--no-tf32] [--threads T]\n";
   std::exit(2);
 }
 
@@ -96,6 +117,10 @@ Options parse_args(int argc, char** argv) {
       opt.seed = static_cast<uint64_t>(parse_int(argv[0], value(), 0));
     } else if (arg == "--no-tf32") {
       opt.no_tf32 = true;
+    } else if (arg == "--threads") {
+      const int64_t threads = parse_int(argv[0], value(), 1);
+      if (threads > 1024) usage(argv[0], "--threads: at most 1024");
+      opt.threads = static_cast<int>(threads);
     } else if (arg == "--device") {
       opt.device = value();
       if (opt.device != "cpu" && opt.device != "cuda") usage(argv[0], "--device: cpu or cuda");
@@ -146,6 +171,127 @@ void synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize();
 }
 
+// The input of seed `seed`: what Python's torch.manual_seed(seed); torch.rand(shape) gives,
+// moved to the device.
+torch::Tensor make_input(c10::IntArrayRef shape, uint64_t seed, const torch::Device& device) {
+  torch::manual_seed(seed);
+  return torch::rand(shape, torch::kFloat32).to(device);
+}
+
+// What one thread of the --threads check saw.
+struct ThreadResult {
+  uint64_t seed = 0;
+  int runs = 0;             // outputs compared
+  int mismatched_runs = 0;  // of those, outside the tolerance (or of another shape)
+  double max_abs_diff = 0.0;
+  double checksum_sum = 0.0;  // of its last output
+  std::string error;          // what it threw, if it did
+  bool ok() const { return error.empty() && runs > 0 && mismatched_runs == 0; }
+};
+
+// The --threads check (see the top of this file). `forward` is called from every thread at
+// once; `input0` is the main run's input (seed opt.seed). Prints its lines; returns whether
+// every thread's every output matched the single-threaded run of its input.
+bool check_threads(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+                   const Options& opt, const torch::Device& device, const torch::Tensor& input0) {
+  const int n = opt.threads;
+  // Inputs are drawn on this thread (the default generator is shared), one seed per thread,
+  // and each is run here alone first: the expected outputs.
+  std::vector<torch::Tensor> inputs;
+  std::vector<torch::Tensor> expected;
+  for (int t = 0; t < n; ++t) {
+    inputs.push_back(t == 0 ? input0 : make_input(input0.sizes(), opt.seed + t, device));
+    expected.push_back(forward(inputs.back()).clone());
+  }
+  // The threads' streams must see these tensors complete.
+  synchronize(device);
+  const double tolerance = device.is_cuda() ? 1e-5 : 0.0;  // of the largest |expected|
+
+  std::vector<ThreadResult> results(n);
+  std::latch start(n + 1);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([&, t]() {
+      ThreadResult& r = results[t];
+      r.seed = opt.seed + t;
+      bool waited = false;
+      try {
+        // A new thread starts with OpenMP's default thread count, not the one the process
+        // set (PyTorch's own worker threads call this too).
+        at::init_num_threads();
+        // Thread-local, as the main thread's guard.
+        c10::InferenceMode inference_mode;
+        // Its own stream from PyTorch's CUDA stream pool: c10's device-generic guard reaches
+        // it through the CUDA guard implementation (c10::cuda::getStreamFromPool and
+        // CUDAStreamGuard), and keeps this program buildable against a CPU-only libtorch.
+        std::optional<c10::StreamGuard> stream_guard;
+        if (device.is_cuda()) {
+          const c10::impl::VirtualGuardImpl impl(device.type());
+          stream_guard.emplace(impl.getStreamFromGlobalPool(device));
+        }
+        const torch::Tensor& want = expected[t];
+        const double scale = want.numel() > 0 ? want.abs().max().item<double>() : 0.0;
+        start.arrive_and_wait();  // all threads run at once
+        waited = true;
+        for (int i = 0; i < opt.runs; ++i) {
+          const torch::Tensor got = forward(inputs[t]);
+          ++r.runs;
+          if (got.sizes() != want.sizes() || got.scalar_type() != want.scalar_type()) {
+            ++r.mismatched_runs;
+            r.max_abs_diff = std::numeric_limits<double>::infinity();
+            continue;
+          }
+          const double diff =
+              (got.to(torch::kFloat64) - want.to(torch::kFloat64)).abs().max().item<double>();
+          r.max_abs_diff = std::max(r.max_abs_diff, diff);
+          const bool same = tolerance == 0.0 ? torch::equal(got, want)
+                                             : diff <= tolerance * scale;  // false for NaN
+          if (!same) ++r.mismatched_runs;
+          r.checksum_sum = got.to(torch::kFloat64).sum().item<double>();
+        }
+        if (device.is_cuda()) stream_guard->current_stream().synchronize();
+      } catch (const c10::Error& e) {
+        r.error = e.what_without_backtrace();
+      } catch (const std::exception& e) {
+        r.error = e.what();
+      }
+      if (!waited) start.count_down();  // failed before the start: do not hold the others
+    });
+  }
+  const auto begin = std::chrono::steady_clock::now();
+  start.arrive_and_wait();
+  for (auto& thread : threads) thread.join();
+  const auto end = std::chrono::steady_clock::now();
+
+  int failed = 0;
+  std::printf("thread_tolerance: %.3g\n", tolerance);
+  for (int t = 0; t < n; ++t) {
+    const ThreadResult& r = results[t];
+    if (!r.ok()) ++failed;
+    std::printf("thread_%d: seed %llu runs %d max_abs_diff %.17g checksum_sum %.17g %s\n", t,
+                static_cast<unsigned long long>(r.seed), r.runs, r.max_abs_diff, r.checksum_sum,
+                r.ok() ? "ok" : "MISMATCH");
+    if (!r.error.empty()) {
+      std::cerr << "error: thread " << t << " failed: " << r.error << "\n";
+    } else if (!r.ok()) {
+      std::cerr << "error: thread " << t << " (seed " << r.seed << "): " << r.mismatched_runs
+                << " of " << r.runs
+                << " outputs differ from the single-threaded run of the same input "
+                   "(max abs diff "
+                << r.max_abs_diff << ", tolerance " << tolerance << " of the largest |output|)\n";
+    }
+  }
+  if (failed == 0) {
+    std::printf("thread_check: ok\n");
+  } else {
+    std::printf("thread_check: FAILED (%d of %d threads)\n", failed, n);
+  }
+  std::printf("threads_wall_ms: %.4f\n",
+              std::chrono::duration<double, std::milli>(end - begin).count());
+  return failed == 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -168,7 +314,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<torch::inductor::AOTIModelPackageLoader> package;
     torch::jit::Module module;
     if (aoti) {
-      package = std::make_unique<torch::inductor::AOTIModelPackageLoader>(opt.model_path);
+      // One runner per --threads thread: a runner serves one call at a time.
+      package = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+          opt.model_path, "model", /*run_single_threaded=*/false, static_cast<size_t>(opt.threads));
       const auto metadata = package->get_metadata();
       const auto it = metadata.find("input_shape");
       if (it != metadata.end()) stored_shape = it->second;
@@ -192,8 +340,7 @@ int main(int argc, char** argv) {
       shape = parse_shape(stored_shape);
     }
 
-    torch::manual_seed(opt.seed);
-    const torch::Tensor input = torch::rand(shape, torch::kFloat32).to(device);
+    const torch::Tensor input = make_input(shape, opt.seed, device);
 
     c10::InferenceMode inference_mode;
     torch::Tensor output;
@@ -226,6 +373,11 @@ int main(int argc, char** argv) {
     std::printf("warmup_runs: %d\n", opt.warmup);
     std::printf("timed_runs: %d\n", opt.runs);
     std::printf("ms_per_run: %.4f\n", ms);
+    std::printf("threads: %d\n", opt.threads);
+    std::fflush(stdout);
+    if (opt.threads > 1 && !check_threads(forward, opt, device, input)) {
+      return 1;
+    }
     return 0;
   } catch (const c10::Error& e) {
     std::cerr << "error: " << e.what_without_backtrace() << "\n";
