@@ -418,3 +418,33 @@ TEST_CASE("CUDA: conv3d_group_norm_mean trains through the one-pass kernels", "[
     }
   }
 }
+
+TEST_CASE("CUDA: float32 transposed convolutions with TF32 off run the split-TF32 kernels",
+          "[cuda][split_tf32]") {
+  SKIP_WITHOUT_CUDA();
+  at::manual_seed(43);
+  CudnnFlagsGuard flags(/*allow_tf32=*/false, /*deterministic=*/false);
+  std::vector<ConvCase> cases;
+  cases.push_back(ConvCase{"k3, C 8 -> 16", {2, 8, 4, 5, 6}, 16, {3, 3, 3}});
+  {
+    ConvCase c{
+        "k (3, 1, 2), padding (1, 0, 1), dilation 2, no conv bias", {1, 4, 5, 3, 4}, 12, {3, 1, 2}};
+    c.padding = {1, 0, 1};
+    c.dilation = {2, 2, 2};
+    c.conv_bias = false;
+    cases.push_back(c);
+  }
+  for (auto& c : cases) {
+    c.num_groups = 4;
+    const ConvParams p = random_conv_params(c, true);
+    const at::Tensor x = p.input.to(kCUDA, at::kFloat), w = p.weight.to(kCUDA, at::kFloat);
+    const std::string path = fused_ops::api::conv_transpose3d_relu_group_norm_path(
+        x, w, c10::nullopt, c.stride, c.padding, c.output_padding, c.groups, c.dilation,
+        c.num_groups, c10::nullopt, c10::nullopt, 1e-5);
+    INFO(c.name);
+    CHECK(path == "transposed_as_forward_split_tf32 -> relu_group_norm");
+    for (Layout layout : {Layout::Contiguous, Layout::ChannelsLast})
+      check_conv_case(true, c, at::kFloat, kCUDA, layout, cuda_tol(at::kFloat),
+                      /*input_offset=*/1.0);
+  }
+}

@@ -241,15 +241,23 @@ def test_dispatch_path_cuda(mode):
     )
     wide_half = conv3d_args((2, 20, 6, 7, 8), 24, 3, 8, device="cuda", dtype=torch.float16)
     assert _path("conv3d_group_norm_mean", wide_half, mode) == "aten -> group_norm_mean"
-    # The transposed-as-forward rewrite: with float32 only where eager's transposed kernel is
-    # TF32 too (3x3x3, stride 1, no padding, one group) and TF32 is allowed; always in half.
+    # The transposed-as-forward rewrite: with float32 and TF32 allowed only where eager's
+    # transposed kernel is TF32 too (3x3x3, stride 1, no padding, one group); always in half.
+    # With TF32 off, float32 runs it on the split-TF32 kernel where channels are multiples of 4
+    # (the build has CUTLASS wherever this runs: tools/device_check.sh fetches it).
     k3 = conv_transpose_args((2, 8, 5, 6, 7), 16, 3, 4, conv_bias=False, device="cuda")
     assert (
         _path("conv_transpose3d_relu_group_norm", k3, mode)
-        == ("transposed_as_forward" if tf32 else "aten") + " -> relu_group_norm"
+        == ("transposed_as_forward" if tf32 else "transposed_as_forward_split_tf32")
+        + " -> relu_group_norm"
     )
     k2 = conv_transpose_args((1, 6, 5, 3, 7), 12, 2, 3, device="cuda")
     assert _path("conv_transpose3d_relu_group_norm", k2, mode) == "aten -> relu_group_norm"
+    k2_by4 = conv_transpose_args((1, 8, 5, 3, 7), 12, 2, 3, device="cuda")
+    assert (
+        _path("conv_transpose3d_relu_group_norm", k2_by4, mode)
+        == ("aten" if tf32 else "transposed_as_forward_split_tf32") + " -> relu_group_norm"
+    )
     k2_half = conv_transpose_args((1, 6, 5, 3, 7), 12, 2, 3, device="cuda", dtype=torch.float16)
     assert (
         _path("conv_transpose3d_relu_group_norm", k2_half, mode)

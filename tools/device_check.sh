@@ -4,6 +4,7 @@
 #   tests      CTest (Catch2, CUDA sections included) and pytest (CUDA tests included)
 #   sanitizer  compute-sanitizer memcheck and racecheck on the Catch2 CUDA test cases
 #   bench      benchmarks/bench.py (eager vs torch.compile vs fused-ops, with the ceilings)
+#   tune       tools/tune_split_tf32_conv3d.sh: times the split-TF32 convolution's tile candidates
 #   numerics   benchmarks/numerics.py: the drop-ins' errors vs eager's against float64, both
 #              TF32 modes, headline and small sizes, gradients too
 # Logs go to $OUT (or ./device-out). Exit status: non-zero if any step failed.
@@ -36,6 +37,8 @@ for step in "${steps[@]}"; do
       {
         nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
         python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+        # CUTLASS's headers: fetched, or carried in .deps/cutlass where the machine has no PyPI.
+        tools/fetch_cutlass.sh || echo "no CUTLASS headers: the split-TF32 convolution is not built"
         BUILD_DIR="$build_dir" BUILD_JOBS="$(nproc)" tools/build.sh
       } > "$out/build.log" 2>&1 || { failed+=(build); tail -n 40 "$out/build.log"; break; }
       grep -iE "warning" "$out/build.log" | grep -v "CMake Warning" | head -n 20
@@ -55,14 +58,14 @@ for step in "${steps[@]}"; do
     sanitizer)
       for tool in memcheck racecheck; do
         note "compute-sanitizer --tool $tool"
-        # memcheck runs every CUDA test case. racecheck runs the norm and one-pass conv test
-        # cases (every kernel of ours, the channels-last one included, and no cuDNN: racecheck
-        # fails with an internal error on cuDNN's Hopper convolution kernels) and looks at our
-        # kernels only (ATen's reduce kernels, the references' mean, report their own
-        # warp-synchronous shared-memory use).
+        # memcheck runs every CUDA test case. racecheck runs the norm, one-pass and split-TF32
+        # conv test cases (every kernel of ours, the channels-last one included, and no cuDNN:
+        # racecheck fails with an internal error on cuDNN's Hopper convolution kernels) and
+        # looks at our kernels only (ATen's reduce kernels, the references' mean, report their
+        # own warp-synchronous shared-memory use; CUTLASS's are named cutlass::Kernel<...>).
         if [ "$tool" = racecheck ]; then
           args=(--kernel-name kns=fused_ops "$build_dir/cpp_tests/fused_ops_tests"
-                "[cuda][norm],[cuda][onepass]")
+                "[cuda][norm],[cuda][onepass],[cuda][split_tf32]")
         else
           args=("$build_dir/cpp_tests/fused_ops_tests" "[cuda]")
         fi
@@ -70,6 +73,11 @@ for step in "${steps[@]}"; do
           >> "$out/sanitizer.log" 2>&1 || failed+=("$tool")
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases|assertions" "$out/sanitizer.log" | tail -n 3
       done
+      ;;
+    tune)
+      note "tune the split-TF32 convolution"
+      tools/tune_split_tf32_conv3d.sh > "$out/tune.log" 2>&1 || failed+=(tune)
+      cat "$out/tune.log"
       ;;
     bench)
       note "benchmark"

@@ -31,25 +31,7 @@ Conv3dGroupNormMeanParams onepass_params(const at::Tensor& input, const at::Tens
                                          double eps) {
   Conv3dGroupNormMeanParams params{};
   params.dtype = scalar_kind(input.scalar_type());
-  Conv3dShape& s = params.conv;
-  s.N = input.size(0);
-  s.C_in = input.size(1);
-  s.D = input.size(2);
-  s.H = input.size(3);
-  s.W = input.size(4);
-  s.C_out = weight.size(0);
-  s.kD = weight.size(2);
-  s.kH = weight.size(3);
-  s.kW = weight.size(4);
-  s.Do = shapes.conv_output[2].expect_int();
-  s.Ho = shapes.conv_output[3].expect_int();
-  s.Wo = shapes.conv_output[4].expect_int();
-  for (int i = 0; i < 3; ++i) {
-    s.stride[i] = p.stride[i];
-    s.padding[i] = p.padding[i];
-    s.dilation[i] = p.dilation[i];
-  }
-  s.groups = p.groups;
+  params.conv = forward_conv3d_shape(input, weight.size(0), weight, p);
   params.num_groups = shapes.group_norm.G;
   params.eps = eps;
   params.allow_tensor_cores = true;

@@ -165,5 +165,40 @@ struct OnePassBackwardCudaKernel {
 };
 extern const OnePassBackwardCudaKernel conv3d_group_norm_mean_onepass_backward_cuda;
 
+// A forward 3-d convolution in float32, channels last, one conv group: x (N, D, H, W, C_in),
+// weight (C_out, kD, kH, kW, C_in), bias (C_out; required: pass zeros for none), y (N, Do, Ho,
+// Wo, C_out); all contiguous. `conv` gives the sizes in the usual (channels-first) names.
+struct Conv3dChannelsLastParams {
+  Conv3dShape conv;
+  const float* x;
+  const float* weight;
+  const float* bias;
+  float* y;
+};
+
+// The weight gradient of that convolution: x (N, D, H, W, C_in) and grad_y (N, Do, Ho, Wo,
+// C_out) contiguous, grad_weight (C_out, kD, kH, kW, C_in) written.
+struct Conv3dWeightGradChannelsLastParams {
+  Conv3dShape conv;
+  const float* x;
+  const float* grad_y;
+  float* grad_weight;
+};
+
+// Whether the split-TF32 tensor-core convolution (split_tf32_conv3d.cuh) takes this shape: one
+// conv group, C_in and C_out multiples of 4 (its 16-byte loads and stores), and every size
+// and element count within int32 (CUTLASS's problem size). Plain host logic, in every build.
+bool split_tf32_conv3d_shape_supported(const Conv3dShape& s);
+
+// The split-TF32 convolution and its weight gradient on CUDA (defined only in builds with CUDA
+// and CUTLASS; see FUSED_OPS_WITH_CUTLASS): `supported` says whether they run this shape on the
+// current device (compute capability 8.0+, enough shared memory, CUTLASS accepts it).
+struct SplitTf32Conv3dCudaKernel {
+  bool (*supported)(const Conv3dShape&);
+  CudaKernel<Conv3dChannelsLastParams> forward;
+  CudaKernel<Conv3dWeightGradChannelsLastParams> weight_grad;
+};
+extern const SplitTf32Conv3dCudaKernel split_tf32_conv3d_cuda;
+
 }  // namespace conv
 }  // namespace fused_ops

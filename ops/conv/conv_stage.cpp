@@ -26,6 +26,14 @@
 // and padding <= (k - 1) * dilation (the forward padding must not be negative). It computes
 // the same function; only the rounding differs.
 //
+// With TF32 off (float32 products wanted), the rewrite runs on our own split-TF32 tensor-core
+// kernels (split_tf32_conv3d.cuh: float32-grade products at several times cuDNN's float32
+// speed) where they apply: one conv group, C_in and C_out multiples of 4, a build with CUTLASS,
+// a GPU of compute capability 8.0+. Its backward too: the input gradient as a forward
+// convolution of the output gradient, the weight gradient as the rewrite's. They compute NDHWC;
+// results are returned in the layouts of the tensors they belong to, like every path's.
+// Elsewhere eager's transposed convolution runs.
+//
 // With TF32 allowed, eager's transposed convolution is not always TF32: cuDNN picks per shape
 // (benchmarks/cudnn_tf32_survey.py, H100, cuDNN 9.19, 1044 shapes: with 3x3x3 kernels every
 // transposed convolution used TF32; with 2x2x2 kernels none did, with 1x1x1 about half), and
@@ -37,16 +45,30 @@
 // other float32 transposed convolution runs as eager's (same kernels, same rounding).
 #include "conv/conv_stage.h"
 
+#include "common/layout_kernels.h"
+#include "common/run_kernel.h"
+#include "conv/conv_kernels.h"
+
 #include <ATen/Context.h>
 #include <ATen/ops/_convolution.h>
 #include <ATen/ops/conv3d.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+
+#include <cstdint>
 
 namespace fused_ops {
 namespace conv {
 namespace {
+
+// `t`, copied if its data is not 16-byte aligned. Vectorised kernels assume it: the split-TF32
+// kernel, and cuDNN's, some of which read a misaligned channels-last tensor out of bounds
+// (seen with its float32 weight-gradient kernel on an H100) instead of refusing it.
+at::Tensor aligned_16(const at::Tensor& t) {
+  return !t.defined() || reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0 ? t : t.clone();
+}
 
 bool is_half_type(const at::Tensor& t) {
   return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
@@ -76,26 +98,216 @@ bool eager_transposed_is_tf32(const at::Tensor& weight, const Conv3dParams& p) {
   return p.groups == 1;
 }
 
-at::Tensor transposed_as_forward(const at::Tensor& input, const at::Tensor& weight,
-                                 const c10::optional<at::Tensor>& bias, const Conv3dParams& p) {
-  // (C_in, C_out/g, k...) -> (g, C_in/g, C_out/g, k...) -> (C_out, C_in/g, k...), flipped.
+// The weight of the forward convolution that computes a transposed one: (C_in, C_out/g, k...)
+// -> (g, C_in/g, C_out/g, k...) -> (C_out, C_in/g, k...), taps flipped.
+at::Tensor forward_weight_of_transposed(const at::Tensor& weight, int64_t groups) {
   const int64_t c_in = weight.size(0);
   const int64_t c_out_per_group = weight.size(1);
   auto k = weight.sizes().slice(2);
-  const at::Tensor forward_weight =
-      weight.reshape({p.groups, c_in / p.groups, c_out_per_group, k[0], k[1], k[2]})
-          .transpose(1, 2)
-          .reshape({p.groups * c_out_per_group, c_in / p.groups, k[0], k[1], k[2]})
-          .flip({2, 3, 4});
+  return weight.reshape({groups, c_in / groups, c_out_per_group, k[0], k[1], k[2]})
+      .transpose(1, 2)
+      .reshape({groups * c_out_per_group, c_in / groups, k[0], k[1], k[2]})
+      .flip({2, 3, 4});
+}
+
+// Its padding: (k - 1) * dilation - padding per spatial dim.
+std::array<int64_t, 3> forward_padding_of_transposed(const at::Tensor& weight,
+                                                     const Conv3dParams& p) {
   std::array<int64_t, 3> padding;
   for (int i = 0; i < 3; ++i) {
-    padding[i] = (k[i] - 1) * p.dilation[i] - p.padding[i];
+    padding[i] = (weight.size(i + 2) - 1) * p.dilation[i] - p.padding[i];
   }
-  return at::conv3d(input, forward_weight, bias, /*stride=*/{1, 1, 1}, padding, p.dilation,
+  return padding;
+}
+
+at::Tensor transposed_as_forward(const at::Tensor& input, const at::Tensor& weight,
+                                 const c10::optional<at::Tensor>& bias, const Conv3dParams& p) {
+  return at::conv3d(input, forward_weight_of_transposed(weight, p.groups), bias,
+                    /*stride=*/{1, 1, 1}, forward_padding_of_transposed(weight, p), p.dilation,
                     p.groups);
 }
 
+// The split-TF32 tensor-core convolution (split_tf32_conv3d.cuh) computing a rewritable
+// transposed convolution with one conv group, as a forward one: its params with the shape
+// set and the pointers null.
+Conv3dChannelsLastParams split_tf32_params_of_transposed(const at::Tensor& input,
+                                                         const at::Tensor& weight,
+                                                         const Conv3dParams& p) {
+  const Conv3dParams forward{{1, 1, 1},    forward_padding_of_transposed(weight, p),
+                             {0, 0, 0},    p.dilation,
+                             /*groups=*/1, /*transposed=*/false};
+  Conv3dChannelsLastParams params{};
+  params.conv = forward_conv3d_shape(input, weight.size(1), weight, forward);
+  return params;
+}
+
+// The forward convolution that computes the input gradient of the transposed convolution whose
+// forward rewrite is `forward`: dx[n, ci, i] = sum over (co, t) of
+// dy[n, co, i - padding + t * dilation] * weight[ci, co, t], a convolution of dy (C_out
+// channels) with the transposed convolution's own padding, taps not flipped.
+Conv3dShape split_tf32_input_grad_shape(const Conv3dShape& forward, const Conv3dParams& p) {
+  Conv3dShape s = forward;
+  s.C_in = forward.C_out;
+  s.C_out = forward.C_in;
+  s.D = forward.Do, s.H = forward.Ho, s.W = forward.Wo;
+  s.Do = forward.D, s.Ho = forward.H, s.Wo = forward.W;
+  for (int i = 0; i < 3; ++i) {
+    s.padding[i] = p.padding[i];
+  }
+  return s;
+}
+
+bool split_tf32_runs_transposed(const at::Tensor& input, const at::Tensor& weight,
+                                const Conv3dParams& p) {
+#ifdef FUSED_OPS_WITH_CUTLASS
+  if (p.groups != 1 || input.numel() == 0 || weight.numel() == 0) {
+    return false;
+  }
+  const Conv3dShape forward = split_tf32_params_of_transposed(input, weight, p).conv;
+  const Conv3dShape input_grad = split_tf32_input_grad_shape(forward, p);
+  return split_tf32_conv3d_cuda.supported(forward) && split_tf32_conv3d_cuda.supported(input_grad);
+#else
+  return false;
+#endif
+}
+
+// A 5-d float32 CUDA tensor in `format` (contiguous or channels_last_3d): between those two
+// layouts by our tiled transpose (layout_kernels.h: about twice as fast as ATen's strided
+// copy), otherwise as .contiguous(format) does it.
+[[maybe_unused]] at::Tensor float_cuda_in_format(const at::Tensor& t, at::MemoryFormat format) {
+#ifdef FUSED_OPS_WITH_CUDA
+  const bool to_channels_last = format == at::MemoryFormat::ChannelsLast3d;
+  const auto source =
+      to_channels_last ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast3d;
+  if (!t.is_contiguous(format) && t.dim() == 5 && t.is_contiguous(source) &&
+      (to_channels_last || format == at::MemoryFormat::Contiguous)) {
+    at::Tensor out = at::empty(t.sizes(), t.options().memory_format(format));
+    const int64_t batches = t.size(0), channels = t.size(1);
+    const int64_t spatial = t.size(2) * t.size(3) * t.size(4);
+    const BatchedTransposeParams params{t.const_data_ptr<float>(), out.mutable_data_ptr<float>(),
+                                        batches, to_channels_last ? channels : spatial,
+                                        to_channels_last ? spatial : channels};
+    run_cuda_kernel("fused (layout change)", t, params, batched_transpose_cuda);
+    return out;
+  }
+#endif
+  return t.contiguous(format);
+}
+
+at::Tensor transposed_as_forward_split_tf32(const at::Tensor& input, const at::Tensor& weight,
+                                            const c10::optional<at::Tensor>& bias,
+                                            const Conv3dParams& p) {
+#ifdef FUSED_OPS_WITH_CUTLASS
+  auto params = split_tf32_params_of_transposed(input, weight, p);
+  const Conv3dShape& s = params.conv;
+  // NDHWC activations, KTRSC filter: the logical shapes stay PyTorch's (N, C, D, H, W).
+  const at::Tensor x = aligned_16(float_cuda_in_format(input, at::MemoryFormat::ChannelsLast3d));
+  const at::Tensor w =
+      forward_weight_of_transposed(weight, p.groups).permute({0, 2, 3, 4, 1}).contiguous();
+  const at::Tensor b = bias.has_value() && bias->defined() ? aligned_16(bias->contiguous())
+                                                           : at::zeros({s.C_out}, input.options());
+  at::Tensor y = at::empty({s.N, s.C_out, s.Do, s.Ho, s.Wo},
+                           input.options().memory_format(at::MemoryFormat::ChannelsLast3d));
+  params.x = x.const_data_ptr<float>();
+  params.weight = w.const_data_ptr<float>();
+  params.bias = b.const_data_ptr<float>();
+  params.y = y.mutable_data_ptr<float>();
+  run_cuda_kernel("fused::conv_transpose3d_relu_group_norm (split-TF32 convolution)", input, params,
+                  split_tf32_conv3d_cuda.forward);
+  return float_cuda_in_format(y, input.suggest_memory_format());
+#else
+  TORCH_INTERNAL_ASSERT(false, "split-TF32 convolution selected in a build without CUTLASS");
+#endif
+}
+
+// conv3d_backward of a transposed convolution that ran as transposed_as_forward_split_tf32: the
+// input gradient is a forward convolution of dy (split_tf32_input_grad_shape) and the weight
+// gradient that of the forward rewrite, both on the split-TF32 kernels; the bias gradient is
+// dy's sum per channel.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_split_tf32_backward(
+    const at::Tensor& grad_y, const at::Tensor& input, const at::Tensor& weight, bool has_bias,
+    const Conv3dParams& p, std::array<bool, 3> output_mask) {
+#ifdef FUSED_OPS_WITH_CUTLASS
+  constexpr const char* kOp = "fused::conv_transpose3d_relu_group_norm (split-TF32 backward)";
+  constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast3d;
+  const Conv3dShape forward = split_tf32_params_of_transposed(input, weight, p).conv;
+  const at::Tensor dy = aligned_16(float_cuda_in_format(grad_y, kChannelsLast));
+  at::Tensor grad_input, grad_weight, grad_bias;
+  if (output_mask[0]) {
+    Conv3dChannelsLastParams params{};
+    params.conv = split_tf32_input_grad_shape(forward, p);
+    // (C_in, C_out, k...) -> (C_in, k..., C_out): KTRSC with the input gradient's "K" = C_in.
+    const at::Tensor w = weight.permute({0, 2, 3, 4, 1}).contiguous();
+    const at::Tensor zero_bias = at::zeros({forward.C_in}, input.options());
+    at::Tensor dx = at::empty(input.sizes(), input.options().memory_format(kChannelsLast));
+    params.x = dy.const_data_ptr<float>();
+    params.weight = w.const_data_ptr<float>();
+    params.bias = zero_bias.const_data_ptr<float>();
+    params.y = dx.mutable_data_ptr<float>();
+    run_cuda_kernel(kOp, input, params, split_tf32_conv3d_cuda.forward);
+    grad_input = float_cuda_in_format(dx, input.suggest_memory_format());
+  }
+  if (output_mask[1]) {
+    const at::Tensor x = aligned_16(float_cuda_in_format(input, kChannelsLast));
+    // The forward rewrite's weight gradient, KTRSC: (C_out, k..., C_in).
+    at::Tensor forward_grad = at::empty(
+        {forward.C_out, forward.kD, forward.kH, forward.kW, forward.C_in}, input.options());
+    run_cuda_kernel(kOp, input,
+                    Conv3dWeightGradChannelsLastParams{forward, x.const_data_ptr<float>(),
+                                                       dy.const_data_ptr<float>(),
+                                                       forward_grad.mutable_data_ptr<float>()},
+                    split_tf32_conv3d_cuda.weight_grad);
+    // The rewrite's weight is (C_out, C_in, k...) with taps flipped: back to (C_in, C_out, k...).
+    grad_weight = forward_grad.flip({1, 2, 3})
+                      .permute({4, 0, 1, 2, 3})
+                      .contiguous(weight.suggest_memory_format());
+  }
+  if (output_mask[2] && has_bias) {
+    grad_bias = grad_y.sum({0, 2, 3, 4});
+  }
+  return {grad_input, grad_weight, grad_bias};
+#else
+  TORCH_INTERNAL_ASSERT(false, "split-TF32 convolution selected in a build without CUTLASS");
+#endif
+}
+
 }  // namespace
+
+Conv3dShape forward_conv3d_shape(const at::Tensor& input, int64_t c_out, const at::Tensor& weight,
+                                 const Conv3dParams& forward) {
+  TORCH_INTERNAL_ASSERT(!forward.transposed && input.dim() == 5 && weight.dim() == 5);
+  Conv3dShape s{};
+  s.N = input.size(0);
+  s.C_in = input.size(1);
+  s.D = input.size(2);
+  s.H = input.size(3);
+  s.W = input.size(4);
+  s.C_out = c_out;
+  s.kD = weight.size(2);
+  s.kH = weight.size(3);
+  s.kW = weight.size(4);
+  const int64_t in[3] = {s.D, s.H, s.W}, k[3] = {s.kD, s.kH, s.kW};
+  int64_t* out[3] = {&s.Do, &s.Ho, &s.Wo};
+  for (int i = 0; i < 3; ++i) {
+    s.stride[i] = forward.stride[i];
+    s.padding[i] = forward.padding[i];
+    s.dilation[i] = forward.dilation[i];
+    *out[i] = (in[i] + 2 * forward.padding[i] - forward.dilation[i] * (k[i] - 1) - 1) /
+                  forward.stride[i] +
+              1;
+  }
+  s.groups = forward.groups;
+  return s;
+}
+
+bool split_tf32_conv3d_shape_supported(const Conv3dShape& s) {
+  constexpr int64_t kMaxBytes = int64_t{1} << 31;  // CUTLASS's 32-bit offsets
+  const int64_t x_elements = s.N * s.C_in * s.D * s.H * s.W;
+  const int64_t w_elements = s.C_out * s.C_in * s.kD * s.kH * s.kW;
+  const int64_t y_elements = s.N * s.C_out * s.Do * s.Ho * s.Wo;
+  return s.groups == 1 && s.C_in % 4 == 0 && s.C_out % 4 == 0 && x_elements > 0 && y_elements > 0 &&
+         x_elements * 4 < kMaxBytes && w_elements * 4 < kMaxBytes && y_elements * 4 < kMaxBytes;
+}
 
 const char* conv_path_name(ConvPath path) {
   switch (path) {
@@ -105,6 +317,8 @@ const char* conv_path_name(ConvPath path) {
       return "aten_float32";
     case ConvPath::kTransposedAsForward:
       return "transposed_as_forward";
+    case ConvPath::kTransposedAsForwardSplitTf32:
+      return "transposed_as_forward_split_tf32";
   }
   return "unknown";
 }
@@ -116,6 +330,10 @@ ConvPath select_conv_path(const at::Tensor& input, const at::Tensor& weight, con
     return is_float && input.is_cuda() ? ConvPath::kAtenFloat32 : ConvPath::kAten;
   }
   if (p.transposed && input.is_cuda() && rewritable_as_forward(weight, p)) {
+    if (is_float && !at::globalContext().allowTF32CuDNN() &&
+        split_tf32_runs_transposed(input, weight, p)) {
+      return ConvPath::kTransposedAsForwardSplitTf32;
+    }
     if (is_half_type(input) ||
         (is_float && at::globalContext().allowTF32CuDNN() && eager_transposed_is_tf32(weight, p))) {
       return ConvPath::kTransposedAsForward;
@@ -124,9 +342,12 @@ ConvPath select_conv_path(const at::Tensor& input, const at::Tensor& weight, con
   return ConvPath::kAten;
 }
 
-at::Tensor run_conv3d(const at::Tensor& input, const at::Tensor& weight,
+at::Tensor run_conv3d(const at::Tensor& unaligned_input, const at::Tensor& unaligned_weight,
                       const c10::optional<at::Tensor>& bias, const Conv3dParams& p,
                       ConvConsumer consumer) {
+  const bool cuda = unaligned_input.is_cuda();
+  const at::Tensor input = cuda ? aligned_16(unaligned_input) : unaligned_input;
+  const at::Tensor weight = cuda ? aligned_16(unaligned_weight) : unaligned_weight;
   at::Tensor output;
   switch (select_conv_path(input, weight, p, consumer)) {
     case ConvPath::kAtenFloat32: {
@@ -140,6 +361,9 @@ at::Tensor run_conv3d(const at::Tensor& input, const at::Tensor& weight,
     }
     case ConvPath::kTransposedAsForward:
       output = transposed_as_forward(input, weight, bias, p);
+      break;
+    case ConvPath::kTransposedAsForwardSplitTf32:
+      output = transposed_as_forward_split_tf32(input, weight, bias, p);
       break;
     case ConvPath::kAten:
       output = at::convolution(input, weight, bias, p.stride, p.padding, p.dilation, p.transposed,
@@ -172,10 +396,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(const at::Tensor&
             has_grad_bias ? at::empty_symint({grad_conv_output.sym_size(1)}, weight.options())
                           : at::Tensor()};
   }
+  if (p.transposed && select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm) ==
+                          ConvPath::kTransposedAsForwardSplitTf32) {
+    return transposed_split_tf32_backward(grad_conv_output, input, weight, has_bias, p,
+                                          output_mask);
+  }
   const int64_t c_out = grad_conv_output.size(1);
   const std::array<int64_t, 1> bias_sizes{c_out};
+  const bool cuda = input.is_cuda();
   auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
-      grad_conv_output, input, weight,
+      cuda ? aligned_16(grad_conv_output) : grad_conv_output, cuda ? aligned_16(input) : input,
+      cuda ? aligned_16(weight) : weight,
       has_bias ? at::OptionalIntArrayRef(bias_sizes) : at::OptionalIntArrayRef(c10::nullopt),
       p.stride, p.padding, p.dilation, p.transposed, p.output_padding, p.groups,
       {output_mask[0], output_mask[1], has_grad_bias});

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "common/checks.h"
+#include "conv/conv_kernels.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
@@ -28,8 +29,16 @@ enum class ConvPath {
   kAten,                 // at::convolution, as eager PyTorch runs it
   kAtenFloat32,          // ATen's convolution with float32 products whatever the TF32 flag
   kTransposedAsForward,  // a stride-1 transposed convolution run as a forward one
+  // the same, float32 with TF32 off: on our split-TF32 tensor-core kernel (float32-grade)
+  kTransposedAsForwardSplitTf32,
 };
 const char* conv_path_name(ConvPath path);
+
+// The Conv3dShape (conv_kernels.h: the kernels' plain description) of the forward convolution
+// `forward` (not transposed) of `input` (N, C_in, D, H, W) into `c_out` channels with the
+// kernel sizes of `weight` (its last three); output sizes by the usual formula.
+Conv3dShape forward_conv3d_shape(const at::Tensor& input, int64_t c_out, const at::Tensor& weight,
+                                 const Conv3dParams& forward);
 
 // The path run_conv3d takes for these arguments (which passed check_conv3d_args) under the
 // current precision flags.

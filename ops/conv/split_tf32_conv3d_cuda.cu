@@ -1,0 +1,68 @@
+// The library's instances of the split-TF32 tensor-core convolution (split_tf32_conv3d.cuh):
+// float32 3-d convolution and its weight gradient, NDHWC, with float32-grade accuracy.
+//
+// Tiles: the forward's wide tile here (its narrow one, for C_out <= 64, in
+// split_tf32_conv3d_narrow_cuda.cu); the weight gradient on the wide tile. The choice and its
+// measurements: benchmarks/tune_split_tf32_conv3d.cu.
+#include "common/cuda/device_info.cuh"
+#include "conv/conv_kernels.h"
+#include "conv/split_tf32_conv3d.cuh"
+
+namespace fused_ops {
+namespace gpu {
+namespace {
+
+using Fprop = SplitTf32Conv3dFprop<SplitTf32WideTile>;
+using Wgrad = SplitTf32Conv3dWgrad<SplitTf32WideTile>;
+
+bool narrow(const conv::Conv3dShape& s) { return s.C_out <= 64; }
+
+int wgrad_slices(const conv::Conv3dShape& s) {
+  return Wgrad::slices(s, current_device_info().multiprocessors);
+}
+
+bool split_tf32_supported(const conv::Conv3dShape& s) {
+  const DeviceInfo device = current_device_info();
+  if (!device.tensor_cores || !conv::split_tf32_conv3d_shape_supported(s) ||
+      sizeof(typename Fprop::Kernel::SharedStorage) > device.shared_memory ||
+      sizeof(typename Wgrad::Kernel::SharedStorage) > device.shared_memory) {
+    return false;
+  }
+  const conv::Conv3dChannelsLastParams forward{s, nullptr, nullptr, nullptr, nullptr};
+  const conv::Conv3dWeightGradChannelsLastParams weight_grad{s, nullptr, nullptr, nullptr};
+  const bool forward_runs =
+      narrow(s) ? split_tf32_narrow_fprop_can_implement(forward, device.shared_memory)
+                : Fprop::can_implement(forward);
+  return forward_runs && Wgrad::can_implement(weight_grad, wgrad_slices(s));
+}
+
+size_t forward_workspace_bytes(const conv::Conv3dChannelsLastParams&) { return 0; }
+
+int forward_launch(const conv::Conv3dChannelsLastParams& p, void* /*workspace*/, void* stream) {
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  return static_cast<int>(narrow(p.conv) ? split_tf32_narrow_fprop_launch(p, cuda_stream)
+                                         : Fprop::launch(p, cuda_stream));
+}
+
+size_t weight_grad_workspace_bytes(const conv::Conv3dWeightGradChannelsLastParams& p) {
+  return Wgrad::workspace_bytes(p, wgrad_slices(p.conv));
+}
+
+int weight_grad_launch(const conv::Conv3dWeightGradChannelsLastParams& p, void* workspace,
+                       void* stream) {
+  return static_cast<int>(
+      Wgrad::launch(p, wgrad_slices(p.conv), workspace, static_cast<cudaStream_t>(stream)));
+}
+
+}  // namespace
+}  // namespace gpu
+
+namespace conv {
+
+const SplitTf32Conv3dCudaKernel split_tf32_conv3d_cuda{
+    gpu::split_tf32_supported,
+    {gpu::forward_workspace_bytes, gpu::forward_launch},
+    {gpu::weight_grad_workspace_bytes, gpu::weight_grad_launch}};
+
+}  // namespace conv
+}  // namespace fused_ops

@@ -1,0 +1,114 @@
+"""conv_transpose3d_relu_group_norm on the split-TF32 tensor-core convolution (CUDA, float32,
+TF32 off): the path it takes, and its values and gradients against float64 over shapes,
+paddings, dilations, layouts and misaligned data; falls back to cuDNN outside its family."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fused_ops
+from helpers import check_against_reference, conv_transpose_args, cuda_marks
+
+SPLIT_TF32 = "transposed_as_forward_split_tf32 -> relu_group_norm"
+
+pytestmark = cuda_marks()
+
+
+@pytest.fixture(autouse=True)
+def tf32_off():
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = saved
+
+
+def _path(args):
+    return fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args)
+
+
+# (input shape, C_out, kernel, GroupNorm groups, other arguments)
+CASES = {
+    "k3": ((2, 8, 5, 6, 7), 16, 3, 4, {}),
+    "k3_pad1": ((1, 4, 4, 5, 6), 8, 3, 2, dict(padding=1)),
+    "k312_dilated": ((2, 12, 3, 4, 5), 8, (3, 1, 2), 2, dict(padding=(1, 0, 1), dilation=2)),
+    "k2_no_bias": ((1, 16, 6, 6, 6), 32, 2, 8, dict(conv_bias=False)),
+    "k1": ((3, 4, 3, 3, 3), 4, 1, 1, {}),
+    "k5_pad2_no_affine": ((1, 8, 4, 4, 4), 12, 5, 3, dict(padding=2, gn_affine=False)),
+    "wide": ((2, 64, 6, 6, 6), 128, 3, 8, {}),
+}  # fmt: skip
+
+
+def _channels_last(x):
+    return x.detach().to(memory_format=torch.channels_last_3d).requires_grad_()
+
+
+def _misaligned_channels_last(x):
+    """x's values in channels-last storage that starts 4 bytes past an allocation."""
+    n, c, d, h, w = x.shape
+    storage = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)[1:]
+    view = storage.view(n, d, h, w, c).permute(0, 4, 1, 2, 3)
+    view.copy_(x.detach())
+    assert view.data_ptr() % 16 != 0 and view.is_contiguous(memory_format=torch.channels_last_3d)
+    return view.requires_grad_()
+
+
+LAYOUTS = {
+    "contiguous": lambda x: x,
+    "channels_last": _channels_last,
+    "misaligned": _misaligned_channels_last,
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("case", list(CASES))
+def test_values_and_gradients_vs_float64(case, layout):
+    shape, c_out, k, groups, kw = CASES[case]
+    torch.manual_seed(hash((case, layout)) % 2**31)
+    args = conv_transpose_args(shape, c_out, k, groups, device="cuda", **kw)
+    args[0] = LAYOUTS[layout](args[0])
+    # torch.rand-like inputs (non-negative: the conv output gets a common offset).
+    with torch.no_grad():
+        args[0].copy_(torch.rand_like(args[0]))
+    assert _path(args) == SPLIT_TF32
+    check_against_reference("conv_transpose3d_relu_group_norm", args)
+
+
+def test_matches_eager_module():
+    """The drop-in contract with TF32 off: within atol = rtol = 1e-5 of eager's modules."""
+    torch.manual_seed(0)
+    conv = torch.nn.ConvTranspose3d(32, 64, 3).cuda()
+    norm = torch.nn.GroupNorm(8, 64).cuda()
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.5)
+        norm.bias.normal_(0.0, 0.5)
+    x = torch.rand(2, 32, 10, 11, 12, device="cuda")
+    expected = norm(torch.relu(conv(x)))
+    args = [x, conv.weight, conv.bias, [1] * 3, [0] * 3, [0] * 3, 1, [1] * 3, 8, norm.weight,
+            norm.bias, 1e-5]  # fmt: skip
+    assert _path(args) == SPLIT_TF32
+    actual = torch.ops.fused.conv_transpose3d_relu_group_norm(*args)
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "why, shape, c_out, kw",
+    [
+        ("C_in not a multiple of 4", (1, 6, 4, 4, 4), 8, {}),
+        ("C_out not a multiple of 4", (1, 8, 4, 4, 4), 6, {}),
+        ("two conv groups", (1, 8, 4, 4, 4), 8, dict(groups=2)),
+        ("stride 2", (1, 8, 4, 4, 4), 8, dict(stride=2)),
+        ("output padding", (1, 8, 4, 4, 4), 8, dict(stride=2, output_padding=1)),
+    ],
+)
+def test_outside_the_family_runs_cudnn(why, shape, c_out, kw):
+    torch.manual_seed(1)
+    args = conv_transpose_args(shape, c_out, 3, 2, device="cuda", **kw)
+    assert _path(args) == "aten -> relu_group_norm", why
+    check_against_reference("conv_transpose3d_relu_group_norm", args)
+
+
+def test_empty_batch():
+    args = conv_transpose_args((0, 8, 4, 4, 4), 8, 3, 2, device="cuda", requires_grad=False)
+    assert _path(args) != SPLIT_TF32
+    assert torch.ops.fused.conv_transpose3d_relu_group_norm(*args).shape == (0, 8, 6, 6, 6)
