@@ -132,6 +132,7 @@ def detail_table(results, sweep=False):
         "%mm",
         "max|err|",
         "relL2err",
+        "peak MiB",
         "note",
     ]
     rows = []
@@ -160,6 +161,7 @@ def detail_table(results, sweep=False):
                     g("pct_matmul", "%.0f%%"),
                     g("max_abs_err", "%.1e"),
                     g("rel_l2_err", "%.1e"),
+                    g("peak_extra_MiB", "%.0f"),
                     note,
                 ]
             )

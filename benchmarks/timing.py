@@ -410,6 +410,9 @@ class Runner:
                 try:
                     if dev.type == "cuda":
                         torch.cuda.reset_peak_memory_stats(dev)
+                        # What is allocated now (the rotated inputs, every model's parameters)
+                        # is the same for every impl; the peak above it is the row's own.
+                        base_bytes = torch.cuda.memory_allocated(dev)
                     if mode == "fwd":
                         for x in b.inputs:
                             x.requires_grad_(False)
@@ -456,7 +459,9 @@ class Runner:
                         time_fn(fn, b.inputs, dev, a.iters, a.warmup, a.target_s, a.min_iters)
                     )
                     if dev.type == "cuda":
-                        entry["peak_mem_GB"] = torch.cuda.max_memory_allocated(dev) / 1e9
+                        peak = torch.cuda.max_memory_allocated(dev)
+                        entry["peak_mem_GB"] = peak / 1e9
+                        entry["peak_extra_MiB"] = (peak - base_bytes) / 2**20
                 except Exception as e:  # noqa: BLE001  (compile failures, OOM, missing kernels)
                     msg = str(e).strip().splitlines()
                     entry = {
