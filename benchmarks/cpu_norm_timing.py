@@ -7,12 +7,14 @@ forward+backward, at 1 and 2 threads (``--threads``), GroupNorm with a random af
 a loop of at least ``--min-ms`` milliseconds, fused and eager interleaved.
 
 Also times a plain copy of a tensor of the input's size, into an existing tensor
-(``dst.copy_(x)``) and into a new one (``x.clone()``, which also pays for the allocation, as the
-operators do for their outputs), at the same thread count, and reports the fused time as a
-fraction of copy bandwidth: (bytes the operator must move / fused time) / (2 * input bytes /
-copy time). The bytes that must move: relu_group_norm forward reads x and writes y (2 tensors
-of x's size); group_norm_mean forward reads x (1); backward adds dy, x read and dx written for
-relu_group_norm (3), x read and dx written for group_norm_mean (2).
+(``dst.copy_(x)``), into a new one (``x.clone()``, which also pays for the allocation, as the
+operators do for their outputs), and into a new one given transparent huge pages (Linux
+``madvise(MADV_HUGEPAGE)``, as the CPU kernels do for their large outputs: the least a new
+output of that size costs, page zeroing included), at the same thread count, and reports the
+fused time as a fraction of copy bandwidth: (bytes the operator must move / fused time) /
+(2 * input bytes / copy time). The bytes that must move: relu_group_norm forward reads x and
+writes y (2 tensors of x's size); group_norm_mean forward reads x (1); backward adds dy, x read
+and dx written for relu_group_norm (3), x read and dx written for group_norm_mean (2).
 
 Usage: FUSED_OPS_LIBRARY=build-cpu/libfused_ops.so python3 benchmarks/cpu_norm_timing.py
 """
@@ -20,6 +22,7 @@ Usage: FUSED_OPS_LIBRARY=build-cpu/libfused_ops.so python3 benchmarks/cpu_norm_t
 from __future__ import annotations
 
 import argparse
+import ctypes
 import functools
 import importlib.util
 import os
@@ -45,6 +48,27 @@ SHAPES = [
     (4, 64, 40, 40, 40),  # 16 M elements
     (1, 8, 128, 128, 128),  # N * G = 8, long rows, 16 M elements
 ]
+
+
+def _huge_page_clone(x):
+    """x.clone() into memory given transparent huge pages before the copy writes it (the
+    aligned 2 MiB pages inside it), or a plain clone where madvise is not available."""
+    out = torch.empty_like(x)
+    bytes_ = out.numel() * out.element_size()
+    if _LIBC is not None and bytes_ >= 2 << 20:
+        huge = 2 << 20
+        begin = (out.data_ptr() + huge - 1) // huge * huge
+        end = (out.data_ptr() + bytes_) // huge * huge
+        if end > begin:
+            _LIBC.madvise(ctypes.c_void_p(begin), ctypes.c_size_t(end - begin), _MADV_HUGEPAGE)
+    return out.copy_(x)
+
+
+_MADV_HUGEPAGE = 14
+try:
+    _LIBC = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
+except OSError:  # pragma: no cover
+    _LIBC = None
 
 
 def _timeit(fn, min_s):
@@ -140,8 +164,9 @@ def main():
     min_s = args.min_ms / 1e3
     print(
         "| threads | op | mode | shape | elements | fused ms | eager ms | ratio | copy_ ms "
-        "| clone ms | copy fraction (copy_) | copy fraction (clone) |\n"
-        "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| clone ms | huge-page clone ms | copy fraction (copy_) | copy fraction (clone) "
+        "| copy fraction (huge-page clone) |\n"
+        "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
     for threads in args.threads:
         torch.set_num_threads(threads)
@@ -156,8 +181,16 @@ def row(threads, op, backward, shape, dtype, reps, min_s):
     """One line of the table."""
     x, fused, eager = make_case(op, shape, backward, dtype)
     dst = torch.empty_like(x)
-    t_fused, t_eager, t_copy, t_clone = best_of(
-        [fused, eager, functools.partial(dst.copy_, x), x.clone], reps, min_s
+    t_fused, t_eager, t_copy, t_clone, t_huge = best_of(
+        [
+            fused,
+            eager,
+            functools.partial(dst.copy_, x),
+            x.clone,
+            functools.partial(_huge_page_clone, x),
+        ],
+        reps,
+        min_s,
     )
     # (moved * bytes / t_fused) / (2 * bytes / t_copy)
     moved = MOVED[(op, backward)]
@@ -165,8 +198,8 @@ def row(threads, op, backward, shape, dtype, reps, min_s):
         f"| {threads} | {op} | {'forward+backward' if backward else 'forward'} "
         f"| {'x'.join(map(str, shape))} | {x.numel() / 1e6:.2f} M | {t_fused * 1e3:.3f} "
         f"| {t_eager * 1e3:.3f} | {t_eager / t_fused:.2f}x | {t_copy * 1e3:.3f} "
-        f"| {t_clone * 1e3:.3f} | {moved * t_copy / (2 * t_fused):.2f} "
-        f"| {moved * t_clone / (2 * t_fused):.2f} |"
+        f"| {t_clone * 1e3:.3f} | {t_huge * 1e3:.3f} | {moved * t_copy / (2 * t_fused):.2f} "
+        f"| {moved * t_clone / (2 * t_fused):.2f} | {moved * t_huge / (2 * t_fused):.2f} |"
     )
 
 

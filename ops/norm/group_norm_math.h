@@ -2,12 +2,15 @@
 // all in double.
 //
 // Forward, for a group of `count` values with mean mu and rstd = 1 / sqrt(var + eps):
-//   y = x * scale[c] + shift[c],  scale = rstd * w[c],  shift = b[c] - mu * scale.
-// Backward (ATen's formulation), with per-channel sums over the group's elements
-//   ds[c] = sum(dy * x),  db[c] = sum(dy),  ds_w = sum_c ds[c] * w[c],  db_w = sum_c db[c] * w[c]:
+//   y = (x - center) * scale[c] + shift[c],  center = mu rounded to the kernel's arithmetic type,
+//   scale = rstd * w[c],  shift = b[c] - (mu - center) * scale (centered_affine).
+// Backward (ATen's formulation), with per-channel sums over the group's elements, taken
+// around some `center` (0, or the saved mean: see backward_coefficients)
+//   ds[c] = sum(dy * (x - center)),  db[c] = sum(dy),  ds_w = sum_c ds[c] * w[c],
+//   db_w = sum_c db[c] * w[c]:
 //   dx = rstd * w[c] * dy + c2 * x + c3,
-//   c2 = (db_w * mu - ds_w) * rstd^3 / count,  c3 = -c2 * mu - db_w * rstd / count,
-//   dweight[c] = sum_n (ds[c] - db[c] * mu) * rstd,  dbias[c] = sum_n db[c].
+//   c2 = (db_w * (mu - center) - ds_w) * rstd^3 / count,  c3 = -c2 * mu - db_w * rstd / count,
+//   dweight[c] = sum_n (ds[c] - db[c] * (mu - center)) * rstd,  dbias[c] = sum_n db[c].
 #pragma once
 
 #include "common/host_device.h"
@@ -77,7 +80,34 @@ FUSED_OPS_HOST_DEVICE double rstd_from_m2(double m2, double count, double eps) {
   return 1.0 / sqrt(m2 / count + eps);
 }
 
-// y = x * scale + shift for one channel.
+// y = (x - center) * scale + shift for one channel of a group with mean `mean` (in double):
+// what the elementwise passes compute in acc_t (float for float data). Centering first keeps y
+// accurate where the folded form x * scale + (b - mean * scale) cancels: that one leaves
+// ~ulp(x * scale) of rounding in y, up to ~1e-4 for |x| ~ 1 at eps = 1e-5, where the exact y
+// is tiny or equal to the bias (a group of equal values: exactly b here, as in float64). The
+// center is the mean rounded to acc_t, so x - center is exact for x near the mean (Sterbenz);
+// the rounding of the center itself, times scale, goes into the shift (computed in double).
+template <typename acc_t>
+struct CenteredAffine {
+  acc_t center;
+  acc_t scale;
+  acc_t shift;
+};
+
+template <typename acc_t>
+FUSED_OPS_HOST_DEVICE CenteredAffine<acc_t> centered_affine(double mean, double rstd, double weight,
+                                                            double bias) {
+  const acc_t center = static_cast<acc_t>(mean);
+  const double scale = rstd * weight;
+  return CenteredAffine<acc_t>{
+      center, static_cast<acc_t>(scale),
+      static_cast<acc_t>(bias - (mean - static_cast<double>(center)) * scale)};
+}
+
+// y = x * scale + shift with shift = b - mean * scale: the folded form, which the CUDA
+// elementwise pass (relu_group_norm_cuda.cu) still uses. Its centred version (centered_affine)
+// is written but not yet verified on a GPU; until it is, a CUDA group of equal values gives
+// |y - b| ~ ulp(x * scale) instead of exactly b.
 struct ScaleShift {
   double scale;
   double shift;
@@ -94,16 +124,23 @@ struct BackwardCoefficients {
   double c3;
 };
 
+// ds_w from sums around `center`. ds_w - db_w * mean is the sum of dy * w * (x - mean): a
+// small difference of large terms when |mean| >> std, unless the sums are taken around the
+// mean itself (center = mean: then ds is that sum directly and what it loses is the rounding
+// of its own terms; the CPU kernels, which accumulate ds in float, do so; CUDA's double sums
+// take center = 0).
 FUSED_OPS_HOST_DEVICE BackwardCoefficients backward_coefficients(double ds_w, double db_w,
                                                                  double mean, double rstd,
-                                                                 double count) {
-  const double c2 = (db_w * mean - ds_w) * rstd * rstd * rstd / count;
+                                                                 double count,
+                                                                 double center = 0.0) {
+  const double c2 = (db_w * (mean - center) - ds_w) * rstd * rstd * rstd / count;
   return BackwardCoefficients{c2, -c2 * mean - db_w * rstd / count};
 }
 
-// One sample's term of dweight[c].
-FUSED_OPS_HOST_DEVICE double weight_grad_term(double ds, double db, double mean, double rstd) {
-  return (ds - db * mean) * rstd;
+// One sample's term of dweight[c], from sums around `center`.
+FUSED_OPS_HOST_DEVICE double weight_grad_term(double ds, double db, double mean, double rstd,
+                                              double center = 0.0) {
+  return (ds - db * (mean - center)) * rstd;
 }
 
 // group_norm_mean: channel c's term of C * out[n], from the difference between the channel's

@@ -180,6 +180,7 @@ void backward_kernel(const GroupNormMeanBackwardParams& p) {
       }
     }
     const cpu::RowOps<scalar_t>& ops = cpu::row_ops<scalar_t>();
+    cpu::advise_huge_pages(dx, rows * s.HxW * static_cast<int64_t>(sizeof(scalar_t)));
     cpu::parallel_over_chunks(
         rows, s.HxW, [&](int64_t first, int64_t count, int64_t b, int64_t len) {
           const int64_t offset = first * s.HxW + b;
@@ -188,7 +189,7 @@ void backward_kernel(const GroupNormMeanBackwardParams& p) {
   }
 
   cpu::affine_param_grads(
-      s, mean, rstd,
+      s, mean, rstd, /*sums_around_mean=*/false,
       [&](int64_t n, int64_t c) {
         const double db = dy_of(n) * hxw;
         return std::pair{db * static_cast<double>(channel_mean[n * s.C + c]), db};

@@ -14,12 +14,18 @@
 // addition depend on the sizes only, never on the number of threads or on which schedule
 // runs: results are bitwise equal across runs and thread counts.
 //
-// Two schedules (use_group_tasks picks one):
+// Two schedules for the two-pass kernels (use_group_tasks picks one, run_two_passes runs it):
 //   - one task per (n, g) group, which gathers the group's statistics and then makes its
 //     second pass over the group while the group is still in cache; used when the groups
 //     share out evenly between the threads (or there is one thread, or little work);
 //   - otherwise (few or unevenly shared groups, e.g. N * G = 1 on 2 threads), a parallel
 //     pass over all chunks, the per-group step, and a second parallel pass over all chunks.
+//
+// Large outputs are fresh memory, whose first write costs a page fault per page: the kernels
+// ask for huge pages for them (advise_huge_pages), which makes the faults 512 times fewer.
+// What is left, the kernel zeroing each fresh page before the first write, costs about as
+// much as the write itself; it bounds a kernel that writes a fresh output at about half the
+// bandwidth of a copy into an existing tensor.
 #pragma once
 
 #include "common/group_norm_shape.h"
@@ -32,6 +38,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <utility>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace fused_ops {
 namespace norm {
@@ -58,15 +68,15 @@ struct RowOps {
   // The same over v = relu(x).
   void (*relu_shifted_sums)(const scalar_t* x, int64_t rows, int64_t n, const acc* shift,
                             Sums* sums);
-  // sums[r] = {sum(dy * relu(x)), sum(dy)}.
-  void (*relu_grad_sums)(const scalar_t* dy, const scalar_t* x, int64_t rows, int64_t n,
+  // sums[r] = {sum(dy * (relu(x) - center)), sum(dy)}.
+  void (*relu_grad_sums)(const scalar_t* dy, const scalar_t* x, int64_t rows, int64_t n, acc center,
                          Sums* sums);
   // y = x * scale[r] + shift[r].
   void (*affine)(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n, const acc* scale,
                  const acc* shift);
-  // y = relu(x) * scale[r] + shift[r].
-  void (*relu_affine)(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n, const acc* scale,
-                      const acc* shift);
+  // y = (relu(x) - a[r].center) * a[r].scale + a[r].shift (group_norm_math.h).
+  void (*relu_affine)(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n,
+                      const CenteredAffine<acc>* a);
   // dx = x > 0 ? c1[r] * dy + c2[r] * x + c3[r] : 0.
   void (*relu_affine_backward)(const scalar_t* dy, const scalar_t* x, scalar_t* dx, int64_t rows,
                                int64_t n, const acc* c1, const acc* c2, const acc* c3);
@@ -91,22 +101,7 @@ constexpr int64_t kMinReadTaskElements = 2 * kMinTaskElements;
 
 inline int64_t chunks_per_row(int64_t row_length) { return (row_length + kChunk - 1) / kChunk; }
 
-// Sums over a span of `length` > 0 elements: part(begin, part_length, &sums) for each chunk,
-// added in order (the order every schedule uses).
-template <typename Part>
-Sums chunked_sums(int64_t length, const Part& part) {
-  Sums total;
-  part(0, std::min(kChunk, length), &total);
-  for (int64_t begin = kChunk; begin < length; begin += kChunk) {
-    Sums s;
-    part(begin, std::min(kChunk, length - begin), &s);
-    total.s1 += s.s1;
-    total.s2 += s.s2;
-  }
-  return total;
-}
-
-// The total of parts[0..count), count > 0, added in order (as chunked_sums does).
+// The total of parts[0..count), count > 0, added in order (the order every schedule uses).
 inline Sums add_in_order(const Sums* parts, int64_t count) {
   Sums total = parts[0];
   for (int64_t i = 1; i < count; ++i) {
@@ -116,9 +111,50 @@ inline Sums add_in_order(const Sums* parts, int64_t count) {
   return total;
 }
 
-// Whether to run one task per group (see the top of this file): true when the work is too
-// small to share, or when `groups` tasks share out between the threads with at most 25%
-// imbalance.
+// The pieces of a run of `rows` rows of `row_length` elements that a row pass works on, by
+// index: runs of whole rows of about kChunk elements together when a row is at most one
+// chunk, else the chunks of each row (as parallel_over_chunks cuts them). They depend on the
+// sizes only.
+struct RowPiece {
+  int64_t first;   // first row, relative to the run
+  int64_t count;   // rows
+  int64_t begin;   // first element of each row
+  int64_t length;  // elements of each row
+};
+
+class RowPieces {
+ public:
+  RowPieces(int64_t rows, int64_t row_length)
+      : rows_(rows),
+        row_length_(row_length),
+        rows_per_piece_(row_length <= kChunk ? std::max<int64_t>(1, kChunk / row_length) : 1),
+        chunks_(chunks_per_row(row_length)) {}
+  int64_t size() const {
+    return row_length_ <= kChunk ? (rows_ + rows_per_piece_ - 1) / rows_per_piece_
+                                 : rows_ * chunks_;
+  }
+  // Elements of a piece (the last one may have fewer).
+  int64_t piece_elements() const { return std::min(kChunk, rows_per_piece_ * row_length_); }
+  RowPiece operator[](int64_t q) const {
+    if (row_length_ <= kChunk) {
+      const int64_t first = q * rows_per_piece_;
+      return RowPiece{first, std::min(rows_per_piece_, rows_ - first), 0, row_length_};
+    }
+    const int64_t begin = (q % chunks_) * kChunk;
+    return RowPiece{q / chunks_, 1, begin, std::min(kChunk, row_length_ - begin)};
+  }
+
+ private:
+  int64_t rows_;
+  int64_t row_length_;
+  int64_t rows_per_piece_;
+  int64_t chunks_;
+};
+
+// Whether a two-pass kernel (sums over each group, then an elementwise pass over the group
+// that needs them: relu_group_norm forward and backward) runs one task per group (see the top
+// of this file): true when the work is too small to share, or when `groups` tasks share out
+// between the threads with at most 25% imbalance.
 inline bool use_group_tasks(int64_t groups, int64_t group_size) {
   const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
   if (threads <= 1 || groups * group_size < 2 * kMinTaskElements) {
@@ -128,12 +164,51 @@ inline bool use_group_tasks(int64_t groups, int64_t group_size) {
   return groups >= threads && 4 * rounds * threads <= 5 * groups;
 }
 
-// Calls f(begin, end) on ranges of [0, groups), in parallel, a task doing at least
-// kMinTaskElements elements when there is that much work.
-template <typename F>
-void parallel_over_groups(int64_t groups, int64_t group_size, const F& f) {
-  const int64_t grain = std::max<int64_t>(1, kMinTaskElements / std::max<int64_t>(group_size, 1));
-  at::parallel_for(0, groups, grain, f);
+// Runs a two-pass kernel over `groups` groups of `group_size` elements: sum(ng, p) for the
+// group's sum_pieces pieces, then finish(ng), then write(ng, q) for its write_pieces pieces,
+// each piece of at most kChunk elements (sum_piece_elements, write_piece_elements: their
+// usual size, for the task sizes). With group_tasks, one task per group does all three; else
+// each of the passes is shared between the threads over all the pieces of all the groups,
+// with the finish steps in between. Pieces write disjoint results and what a call computes
+// does not depend on the schedule (which only orders and shares the calls): results are the
+// same for every thread count. The write pieces of a task run last to first, so that the data
+// read last by the sums, still in the nearest cache, is read again first.
+template <typename Sum, typename Finish, typename Write>
+void run_two_passes(bool group_tasks, int64_t groups, int64_t group_size, int64_t sum_pieces,
+                    int64_t sum_piece_elements, int64_t write_pieces, int64_t write_piece_elements,
+                    const Sum& sum, const Finish& finish, const Write& write) {
+  auto grain_of = [](int64_t elements) {
+    return std::max<int64_t>(1, kMinTaskElements / std::max<int64_t>(elements, 1));
+  };
+  if (group_tasks) {
+    at::parallel_for(0, groups, grain_of(group_size), [&](int64_t begin, int64_t end) {
+      for (int64_t ng = begin; ng < end; ++ng) {
+        for (int64_t p = 0; p < sum_pieces; ++p) {
+          sum(ng, p);
+        }
+        finish(ng);
+        for (int64_t q = write_pieces - 1; q >= 0; --q) {
+          write(ng, q);
+        }
+      }
+    });
+    return;
+  }
+  at::parallel_for(0, groups * sum_pieces, grain_of(sum_piece_elements),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t i = begin; i < end; ++i) {
+                       sum(i / sum_pieces, i % sum_pieces);
+                     }
+                   });
+  for (int64_t ng = 0; ng < groups; ++ng) {
+    finish(ng);
+  }
+  at::parallel_for(0, groups * write_pieces, grain_of(write_piece_elements),
+                   [&](int64_t begin, int64_t end) {
+                     for (int64_t i = end - 1; i >= begin; --i) {
+                       write(i / write_pieces, i % write_pieces);
+                     }
+                   });
 }
 
 // Calls f(row, rows, begin, length) in parallel over `rows` rows of `row_length` elements:
@@ -181,6 +256,37 @@ acc_t<scalar_t> sampled_shift(const scalar_t* x, int64_t n, int64_t stride = 1) 
   return static_cast<acc_t<scalar_t>>((total[0] + total[1]) / static_cast<double>(samples));
 }
 
+// Outputs of at least this many bytes are backed by transparent huge pages where the system
+// allows it (advise_huge_pages).
+constexpr int64_t kHugePageAdviceBytes = int64_t{2} << 20;
+
+// Asks Linux to back the 2 MiB-aligned part of a kernel's output, of `bytes` bytes, with
+// transparent huge pages (a hint: without THP, or on other systems, nothing happens). A
+// large output is often fresh memory (glibc maps allocations over 32 MiB anew each time, and
+// smaller ones too until its threshold has grown, or after it has given the top of its heap
+// back): the first write to each 4 KiB page then faults, and the faults cost more than the
+// kernel's whole pass over its data (on the 2-core VM of the benchmarks, 16 M float elements:
+// ~120 ms of faults against ~13 ms for the write; a 3 MB output: ~1 ms); with 2 MiB pages
+// there are 512 times fewer. Memory that is already mapped keeps its pages (the hint applies
+// to later faults).
+inline void advise_huge_pages(void* data, int64_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (bytes < kHugePageAdviceBytes) {
+    return;
+  }
+  constexpr uintptr_t kHugePage = uintptr_t{1} << 21;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t begin = (first + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t end = (first + static_cast<uintptr_t>(bytes)) & ~(kHugePage - 1);
+  if (end > begin) {
+    (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // hint only
+  }
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
 // Optional per-channel parameter as double (1 or 0 when absent).
 template <typename scalar_t>
 inline double param_or(const scalar_t* p, int64_t c, double absent) {
@@ -188,12 +294,14 @@ inline double param_or(const scalar_t* p, int64_t c, double absent) {
 }
 
 // The GroupNorm affine gradients (group_norm_math.h), channel by channel, samples in order:
-// dweight[c] = sum_n weight_grad_term(ds, db, mean, rstd) and dbias[c] = sum_n db, with
-// {ds, db} = sums(n, c) the channel's sums of dy * x and dy in sample n. dweight and dbias
-// may be null (not written).
+// dweight[c] = sum_n weight_grad_term(ds, db, mean, rstd, center) and dbias[c] = sum_n db,
+// with {ds, db} = sums(n, c) the channel's sums of dy * (x - center) and dy in sample n, center
+// the group's saved mean when `sums_around_mean`, else 0. dweight and dbias may be null (not
+// written).
 template <typename scalar_t, typename stat_t, typename SumsOf>
 void affine_param_grads(const GroupNormShape& s, const stat_t* mean, const stat_t* rstd,
-                        const SumsOf& sums, scalar_t* dweight, scalar_t* dbias) {
+                        bool sums_around_mean, const SumsOf& sums, scalar_t* dweight,
+                        scalar_t* dbias) {
   if (dweight == nullptr && dbias == nullptr) {
     return;
   }
@@ -205,8 +313,9 @@ void affine_param_grads(const GroupNormShape& s, const stat_t* mean, const stat_
     for (int64_t n = 0; n < s.N; ++n) {
       const int64_t ng = n * s.G + g;
       const auto [ds_nc, db_nc] = sums(n, c);
-      dw += weight_grad_term(ds_nc, db_nc, static_cast<double>(mean[ng]),
-                             static_cast<double>(rstd[ng]));
+      const double mean_ng = static_cast<double>(mean[ng]);
+      dw += weight_grad_term(ds_nc, db_nc, mean_ng, static_cast<double>(rstd[ng]),
+                             sums_around_mean ? mean_ng : 0.0);
       db += db_nc;
     }
     if (dweight != nullptr) dweight[c] = static_cast<scalar_t>(dw);

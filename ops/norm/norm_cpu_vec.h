@@ -101,8 +101,8 @@ inline double lane_sum(const Vec& v) {
 // Two blocked sums over a[0..n) and b[0..n) (b may alias a): vec(va, vb, acc1, acc2)
 // accumulates one vector of each, scalar(a, b, acc1, acc2) one element.
 template <typename scalar_t, typename VecFn, typename ScalarFn>
-Sums blocked_sums(const scalar_t* a, const scalar_t* b, int64_t n, const VecFn& vec,
-                  const ScalarFn& scalar) {
+C10_ALWAYS_INLINE Sums blocked_sums(const scalar_t* a, const scalar_t* b, int64_t n,
+                                    const VecFn& vec, const ScalarFn& scalar) {
   using Io = VecIo<scalar_t>;
   using Vec = typename Io::Vec;
   using acc = acc_t<scalar_t>;
@@ -163,8 +163,8 @@ Sums blocked_sums(const scalar_t* a, const scalar_t* b, int64_t n, const VecFn& 
 
 // out[i] = f(a[i], b[i]) for i in [0, n) (b may alias a), as vectors where it can.
 template <typename scalar_t, typename VecFn, typename ScalarFn>
-void map2(const scalar_t* a, const scalar_t* b, scalar_t* out, int64_t n, const VecFn& vec,
-          const ScalarFn& scalar) {
+C10_ALWAYS_INLINE void map2(const scalar_t* a, const scalar_t* b, scalar_t* out, int64_t n,
+                            const VecFn& vec, const ScalarFn& scalar) {
   using Io = VecIo<scalar_t>;
   using Vec = typename Io::Vec;
   using acc = acc_t<scalar_t>;
@@ -212,12 +212,12 @@ void shifted_sums(const scalar_t* x, int64_t rows, int64_t n, const acc_t<scalar
     const Vec vshift(sh);
     sums[r] = blocked_sums(
         x + r * n, x + r * n, n,
-        [&](const Vec& v, const Vec&, Vec& s1, Vec& s2) {
+        [vshift](const Vec& v, const Vec&, Vec& s1, Vec& s2) {
           const Vec d = (kRelu ? relu_vec(v) : v) - vshift;
           s1 = s1 + d;
           s2 = at::vec::fmadd(d, d, s2);
         },
-        [&](acc v, acc, acc& s1, acc& s2) {
+        [sh](acc v, acc, acc& s1, acc& s2) {
           const acc d = (kRelu ? relu_keep_nan(v) : v) - sh;
           s1 += d;
           s2 += d * d;
@@ -226,24 +226,26 @@ void shifted_sums(const scalar_t* x, int64_t rows, int64_t n, const acc_t<scalar
 }
 
 template <typename scalar_t>
-void relu_grad_sums(const scalar_t* dy, const scalar_t* x, int64_t rows, int64_t n, Sums* sums) {
+void relu_grad_sums(const scalar_t* dy, const scalar_t* x, int64_t rows, int64_t n,
+                    acc_t<scalar_t> center, Sums* sums) {
   using Vec = typename VecIo<scalar_t>::Vec;
   using acc = acc_t<scalar_t>;
+  const Vec vcenter(center);
   for (int64_t r = 0; r < rows; ++r) {
     sums[r] = blocked_sums(
         dy + r * n, x + r * n, n,
-        [](const Vec& g, const Vec& v, Vec& ds, Vec& db) {
-          ds = at::vec::fmadd(g, relu_vec(v), ds);
+        [vcenter](const Vec& g, const Vec& v, Vec& ds, Vec& db) {
+          ds = at::vec::fmadd(g, relu_vec(v) - vcenter, ds);
           db = db + g;
         },
-        [](acc g, acc v, acc& ds, acc& db) {
-          ds += g * relu_keep_nan(v);
+        [center](acc g, acc v, acc& ds, acc& db) {
+          ds += g * (relu_keep_nan(v) - center);
           db += g;
         });
   }
 }
 
-template <bool kRelu, typename scalar_t>
+template <typename scalar_t>
 void affine(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n, const acc_t<scalar_t>* scale,
             const acc_t<scalar_t>* shift) {
   using Vec = typename VecIo<scalar_t>::Vec;
@@ -255,8 +257,27 @@ void affine(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n, const acc_t
     const Vec vb(b);
     map2(
         x + r * n, x + r * n, y + r * n, n,
-        [&](const Vec& v, const Vec&) { return at::vec::fmadd(kRelu ? relu_vec(v) : v, va, vb); },
-        [&](acc v, acc) { return (kRelu ? relu_keep_nan(v) : v) * a + b; });
+        [va, vb](const Vec& v, const Vec&) { return at::vec::fmadd(v, va, vb); },
+        [a, b](acc v, acc) { return v * a + b; });
+  }
+}
+
+template <typename scalar_t>
+void relu_affine(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n,
+                 const CenteredAffine<acc_t<scalar_t>>* params) {
+  using Vec = typename VecIo<scalar_t>::Vec;
+  using acc = acc_t<scalar_t>;
+  for (int64_t r = 0; r < rows; ++r) {
+    const CenteredAffine<acc> a = params[r];
+    const Vec center(a.center);
+    const Vec scale(a.scale);
+    const Vec shift(a.shift);
+    map2(
+        x + r * n, x + r * n, y + r * n, n,
+        [center, scale, shift](const Vec& v, const Vec&) {
+          return at::vec::fmadd(relu_vec(v) - center, scale, shift);
+        },
+        [a](acc v, acc) { return (relu_keep_nan(v) - a.center) * a.scale + a.shift; });
   }
 }
 
@@ -276,11 +297,11 @@ void relu_affine_backward(const scalar_t* dy, const scalar_t* x, scalar_t* dx, i
     const Vec v3(a3);
     map2(
         dy + r * n, x + r * n, dx + r * n, n,
-        [&](const Vec& g, const Vec& v) {
+        [v1, v2, v3, zero](const Vec& g, const Vec& v) {
           const Vec dr = at::vec::fmadd(v1, g, at::vec::fmadd(v2, v, v3));
           return Vec::blendv(zero, dr, v > zero);
         },
-        [&](acc g, acc v) { return v > acc(0) ? a1 * g + (a2 * v + a3) : acc(0); });
+        [a1, a2, a3](acc g, acc v) { return v > acc(0) ? a1 * g + (a2 * v + a3) : acc(0); });
   }
 }
 
@@ -447,8 +468,8 @@ RowOps<scalar_t> make_row_ops() {
   return RowOps<scalar_t>{shifted_sums</*kRelu=*/false, scalar_t>,
                           shifted_sums</*kRelu=*/true, scalar_t>,
                           relu_grad_sums<scalar_t>,
-                          affine</*kRelu=*/false, scalar_t>,
-                          affine</*kRelu=*/true, scalar_t>,
+                          affine<scalar_t>,
+                          relu_affine<scalar_t>,
                           relu_affine_backward<scalar_t>,
                           channels_last_shifted_sums<scalar_t>};
 }
