@@ -1,7 +1,8 @@
-// The convolution stage of the fused conv operators, through ATen (cuDNN on CUDA, oneDNN or
-// ATen's own kernels on the CPU), with the precision and layout policy of conv_stage.cpp:
-// each fused operator stays at least as accurate as the modules it replaces, under the same
-// precision flags.
+// The convolution stage of the fused conv operators: ATen's (cuDNN on CUDA, oneDNN or ATen's
+// own kernels on the CPU) or, for float32 transposed convolutions with TF32 off, our split-TF32
+// tensor-core kernels (split_tf32_conv3d.cuh), with the precision and layout policy of
+// conv_stage.cpp: each fused operator stays at least as accurate as the modules it replaces,
+// under the same precision flags.
 #pragma once
 
 #include "common/checks.h"

@@ -3,7 +3,8 @@
 //              gn_bias, eps)
 // with the full parameter surface of torch.nn.functional.conv_transpose3d.
 //
-// The convolution runs through ATen (conv_stage.h); ReLU and GroupNorm run as the fused
+// The convolution runs in the conv stage (conv_stage.h: cuDNN, or with TF32 off our split-TF32
+// kernels, forward and backward); ReLU and GroupNorm run as the fused
 // relu_group_norm kernels of the input's device (norm/relu_group_norm.h). These host
 // functions are device-generic and serve every backend, Meta included; they are the
 // internal operators fused::_conv_transpose3d_relu_group_norm_{forward,backward}, from which
