@@ -47,13 +47,20 @@ def _run(op, args, grad_out):
     return [out.detach(), *torch.autograd.grad(out, tensors, grad_out)]
 
 
+def _shifted_args(shape, groups):
+    """norm_args with the input shifted by 0.5 (relu_group_norm: some groups not all positive,
+    not all zero)."""
+    args = norm_args(shape, groups)
+    with torch.no_grad():
+        args[0] += 0.5
+    return args
+
+
 @pytest.mark.parametrize("name", list(SHAPES))
 @pytest.mark.parametrize("op", NORM_OPS)
 def test_threads_bitwise_equal(op, name, restore_threads):
     shape, groups = SHAPES[name]
-    args = norm_args(shape, groups)
-    with torch.no_grad():
-        args[0] += 0.5  # (relu_group_norm: some groups not all positive, not all zero)
+    args = _shifted_args(shape, groups)
     out_shape = (shape[0],) if op == "group_norm_mean" else shape
     grad_out = torch.randn(out_shape)
     torch.set_num_threads(1)
@@ -68,9 +75,7 @@ def test_threads_bitwise_equal(op, name, restore_threads):
 @pytest.mark.parametrize("op", NORM_OPS)
 def test_schedules_vs_reference(op, name, restore_threads):
     shape, groups = SHAPES[name]
-    args = norm_args(shape, groups)
-    with torch.no_grad():
-        args[0] += 0.5
+    args = _shifted_args(shape, groups)
     torch.set_num_threads(2)
     # (Gradient tolerances relative to the largest magnitude, as test_fuzz.py's.)
     check_against_reference(op, args, grad_rtol=1e-4, grad_atol=2e-5)

@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 
 #include <array>
+#include <cstdint>
 #include <tuple>
 
 namespace fused_ops {
@@ -27,6 +28,11 @@ inline const void* data_or_null(const at::Tensor& t) {
 
 inline void* mutable_data_or_null(const at::Tensor& t) {
   return t.defined() ? t.mutable_data_ptr() : nullptr;
+}
+
+// Whether t's data starts on a 16-byte boundary, as vectorised (128-bit) kernels need.
+inline bool data_is_16_byte_aligned(const at::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0;
 }
 
 // The kernels' name of a (checked: floating) dtype.

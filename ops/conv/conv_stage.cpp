@@ -47,6 +47,7 @@
 
 #include "common/layout_kernels.h"
 #include "common/run_kernel.h"
+#include "common/tensor_utils.h"
 #include "conv/conv_kernels.h"
 
 #include <ATen/Context.h>
@@ -67,7 +68,7 @@ namespace {
 // kernel, and cuDNN's, some of which read a misaligned channels-last tensor out of bounds
 // (seen with its float32 weight-gradient kernel on an H100) instead of refusing it.
 at::Tensor aligned_16(const at::Tensor& t) {
-  return !t.defined() || reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0 ? t : t.clone();
+  return !t.defined() || data_is_16_byte_aligned(t) ? t : t.clone();
 }
 
 bool is_half_type(const at::Tensor& t) {

@@ -41,7 +41,7 @@ bool reads_channels_last(const at::Tensor& input, c10::Device device) {
 #ifdef FUSED_OPS_WITH_CUDA
   return device.is_cuda() &&
          group_norm_mean_channels_last_cuda_supported(input.size(1), input.element_size()) &&
-         (input.is_meta() || reinterpret_cast<uintptr_t>(input.const_data_ptr()) % 16 == 0);
+         (input.is_meta() || data_is_16_byte_aligned(input));
 #else
   return false;
 #endif
