@@ -743,7 +743,7 @@ def test_large_group_accuracy(device, op):
 def _degenerate_groups_input(device):
     """(2, 8, 4, 5) float32 with G = 4 (groups of 2 channels x 20 values). Sample 0: a
     constant group, one that ReLU makes all zero, one nearly constant (0.37 + 1e-6 noise) and
-    an ordinary one, all of small magnitude (where eager's float32 kernel is accurate too).
+    an ordinary one, all of small magnitude (where eager's float32 CPU kernel is accurate too).
     Sample 1: constant 0, constant 1.7, nearly constant 3 + 1e-5 noise, and an ordinary group
     with an offset; there eager's folded x * scale + shift is off by up to ~1e-4."""
     x = torch.empty(2, 8, 4, 5, dtype=torch.float64)
@@ -766,10 +766,8 @@ def _max_err(a, ref):
     return (a.detach().double() - ref.detach()).abs().max().item()
 
 
-# On the CPU only: the CUDA elementwise pass still folds the affine (group_norm_math.h:
-# fold_affine), so a CUDA group of equal values is off the bias by ~ulp(x * scale).
 @pytest.mark.parametrize("op", NORM_OPS)
-def test_degenerate_groups(op, device="cpu"):
+def test_degenerate_groups(device, op):
     """Constant groups, groups that are all zero after ReLU, nearly constant groups: the
     output within 1e-5 of float64 and of eager (where eager's float32 kernel is accurate; elsewhere
     at least as accurate as eager), a constant group's relu_group_norm output exactly the bias
@@ -785,8 +783,15 @@ def test_degenerate_groups(op, device="cpu"):
     eager_args = detach_args(args, requires_grad=True)
     eager = REFERENCES[op](*eager_args)
     torch.testing.assert_close(out.detach().double(), ref.detach(), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(out[0], eager[0], atol=1e-5, rtol=1e-5)
-    assert _max_err(out[1], ref[1]) <= _max_err(eager[1], ref[1]) + 1e-7
+    # Close to eager where eager is float32-accurate (on the CPU all of sample 0; CUDA's eager
+    # kernel folds the affine and is off by ~2e-5 on the constant group), and elsewhere at
+    # least as accurate as eager.
+    eager_accurate = (eager.detach().double() - ref).abs() <= 1e-5 * (1 + ref.abs())
+    assert eager_accurate.any()
+    torch.testing.assert_close(
+        out.detach()[eager_accurate], eager.detach()[eager_accurate], atol=1e-5, rtol=1e-5
+    )
+    assert _max_err(out, ref) <= _max_err(eager, ref) + 1e-7
     if op == "relu_group_norm":
         bias = b.detach().view(1, 8, 1, 1).expand_as(out)
         for n, channels in [(0, slice(0, 4)), (1, slice(0, 4))]:
@@ -809,7 +814,7 @@ def test_degenerate_groups(op, device="cpu"):
 
 
 @pytest.mark.parametrize("op", NORM_OPS)
-def test_single_value_groups(op, device="cpu"):  # the CPU only: see test_degenerate_groups
+def test_single_value_groups(device, op):
     """Groups of one value (variance 0): relu_group_norm returns exactly the bias, as the
     float64 composite does; group_norm_mean the mean of the bias."""
     x = (3.0 + torch.randn(3, 4, dtype=torch.float64)).float().to(device)

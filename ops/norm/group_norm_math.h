@@ -104,20 +104,6 @@ FUSED_OPS_HOST_DEVICE CenteredAffine<acc_t> centered_affine(double mean, double 
       static_cast<acc_t>(bias - (mean - static_cast<double>(center)) * scale)};
 }
 
-// y = x * scale + shift with shift = b - mean * scale: the folded form, which the CUDA
-// elementwise pass (relu_group_norm_cuda.cu) still uses. Its centred version (centered_affine)
-// is written but not yet verified on a GPU; until it is, a CUDA group of equal values gives
-// |y - b| ~ ulp(x * scale) instead of exactly b.
-struct ScaleShift {
-  double scale;
-  double shift;
-};
-
-FUSED_OPS_HOST_DEVICE ScaleShift fold_affine(double mean, double rstd, double weight, double bias) {
-  const double scale = rstd * weight;
-  return ScaleShift{scale, bias - mean * scale};
-}
-
 // The per-group coefficients of dx = rstd * w[c] * dy + c2 * x + c3.
 struct BackwardCoefficients {
   double c2;

@@ -15,11 +15,11 @@
 //      (Groups shorter than 1024 vectors get 2^k <= 32 threads each, several per block.)
 //   2. relu_group_stats_kernel: one warp per (n, g) (128 warps, 16 blocks) adds the group's
 //      chunk pairs in a fixed order (lane-strided, then a butterfly), turns them into mean and
-//      rstd (saved), and folds rstd, weight and bias into scale[n, c] and shift[n, c] for the
-//      group's channels.
-//   3. row_map_kernel<ReluAffineOp>: y = r * scale + shift, one 256-thread block per (row,
-//      tile) of <= 1024 vectors (10 balanced tiles per row: grid 2048 * 10 = 20,480 blocks),
-//      4 x 128-bit loads then 4 x 128-bit stores per thread.
+//      rstd (saved), and the (center, scale, shift) of the group's channels
+//      (group_norm_math.h: centered_affine).
+//   3. row_map_kernel<ReluAffineOp>: y = (r - center) * scale + shift, one 256-thread block
+//      per (row, tile) of <= 1024 vectors (10 balanced tiles per row: grid 2048 * 10 = 20,480
+//      blocks), 4 x 128-bit loads then 4 x 128-bit stores per thread.
 //   Determinism: every sum has a fixed order that depends only on the shape (the chunking is
 //   a function of (M, dtype), not of the device or of the alignment).
 //
@@ -36,7 +36,7 @@
 //   order:
 //        dweight[c] = sum_n (ds - db * mean[n, g]) * rstd[n, g],  dbias[c] = sum_n db.
 //
-// Workspace (float headline): forward 157,696 B of chunk pairs + 16 KB of scale/shift;
+// Workspace (float headline): forward 157,696 B of chunk pairs + 24 KB of center/scale/shift;
 // backward 160 KB of chunk pairs + 32 KB of row sums + 24 KB of coefficients.
 #include "common/cuda/cuda_kernel.cuh"
 #include "norm/group_norm_math.h"
@@ -64,19 +64,18 @@ struct ReluBackwardSumsOp {
   }
 };
 
-// y = relu(x) * scale[row] + shift[row]; scale_shift holds (scale, shift) per row.
+// y = (relu(x) - center[row]) * scale[row] + shift[row] (group_norm_math.h: centered_affine;
+// centering first keeps a group of equal values at exactly the bias); affine holds the
+// (center, scale, shift) of each row.
 template <typename acc_t>
 struct ReluAffineOp {
-  const acc_t* scale_shift;
-  struct Params {
-    acc_t scale;
-    acc_t shift;
-  };
-  __device__ __forceinline__ Params row_params(int64_t row) const {
-    return Params{scale_shift[2 * row], scale_shift[2 * row + 1]};
+  const norm::CenteredAffine<acc_t>* affine;
+  __device__ __forceinline__ norm::CenteredAffine<acc_t> row_params(int64_t row) const {
+    return affine[row];
   }
-  __device__ __forceinline__ acc_t operator()(const Params& p, acc_t x, acc_t /*unused*/) const {
-    return relu_keep_nan(x) * p.scale + p.shift;
+  __device__ __forceinline__ acc_t operator()(const norm::CenteredAffine<acc_t>& p, acc_t x,
+                                              acc_t /*unused*/) const {
+    return (relu_keep_nan(x) - p.center) * p.scale + p.shift;
   }
 };
 
@@ -109,7 +108,8 @@ __global__ void __launch_bounds__(kThreads)
                             const T* __restrict__ bias, const double2* __restrict__ partials,
                             int64_t chunks, int64_t num_groups_total, int64_t G, int64_t Cg,
                             int64_t group_size, double eps, S* __restrict__ mean_out,
-                            S* __restrict__ rstd_out, S* __restrict__ scale_shift) {
+                            S* __restrict__ rstd_out,
+                            norm::CenteredAffine<S>* __restrict__ affine) {
   const int64_t ng = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (ng >= num_groups_total) {
@@ -132,9 +132,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row = ng * Cg + k;
     const double w = weight != nullptr ? ScalarOps<T>::to_double(weight[c]) : 1.0;
     const double b = bias != nullptr ? ScalarOps<T>::to_double(bias[c]) : 0.0;
-    const norm::ScaleShift a = norm::fold_affine(m.mean, rstd, w, b);
-    scale_shift[2 * row] = static_cast<S>(a.scale);
-    scale_shift[2 * row + 1] = static_cast<S>(a.shift);
+    affine[row] = norm::centered_affine<S>(m.mean, rstd, w, b);
   }
 }
 
@@ -189,8 +187,8 @@ struct RowSums {
 template <typename T, typename S>
 struct ForwardWorkspace {
   ReducePlan plan;
-  double2* partials;  // N * G * chunks
-  S* scale_shift;     // 2 * N * C
+  double2* partials;                // N * G * chunks
+  norm::CenteredAffine<S>* affine;  // N * C
   size_t bytes;
 };
 
@@ -200,7 +198,7 @@ ForwardWorkspace<T, S> forward_workspace(void* base, int64_t N, int64_t C, int64
   WorkspaceCarver carver(base);
   ws.plan = make_reduce_plan((C / G) * HxW, ScalarOps<T>::kVecElems);
   ws.partials = carver.take<double2>(N * G * ws.plan.chunks_per_segment);
-  ws.scale_shift = carver.take<S>(2 * N * C);
+  ws.affine = carver.take<norm::CenteredAffine<S>>(N * C);
   ws.bytes = carver.bytes();
   return ws;
 }
@@ -249,7 +247,7 @@ cudaError_t launch_forward(const norm::ReluGroupNormForwardParams& p, void* work
       x, nullptr, ws.partials, num_groups_total, group_size, ws.plan, vectorized_stats,
       ShiftedMomentsOp<scalar_t, /*kRelu=*/true>{x, 1, group_size}, stream)));
 
-  // 2. mean, rstd, and per-row scale/shift.
+  // 2. mean, rstd, and per-row center/scale/shift.
   const int64_t stats_blocks = blocks_for_warp_items(num_groups_total);
   if (!grid_fits(stats_blocks)) {
     return cudaErrorInvalidConfiguration;
@@ -258,13 +256,13 @@ cudaError_t launch_forward(const norm::ReluGroupNormForwardParams& p, void* work
       <<<static_cast<unsigned>(stats_blocks), kThreads, 0, stream>>>(
           x, static_cast<const scalar_t*>(p.weight), static_cast<const scalar_t*>(p.bias),
           ws.partials, ws.plan.chunks_per_segment, num_groups_total, G, Cg, group_size, p.eps,
-          static_cast<acc_t*>(p.mean), static_cast<acc_t*>(p.rstd), ws.scale_shift);
+          static_cast<acc_t*>(p.mean), static_cast<acc_t*>(p.rstd), ws.affine);
   FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
 
-  // 3. y = relu(x) * scale + shift.
+  // 3. y = (relu(x) - center) * scale + shift.
   const bool vectorized_map = HxW % kNatural == 0 && is_aligned_16(x) && is_aligned_16(y);
-  return launch_row_map<scalar_t, /*kTwoInputs=*/false>(
-      x, nullptr, y, N * C, HxW, vectorized_map, ReluAffineOp<acc_t>{ws.scale_shift}, stream);
+  return launch_row_map<scalar_t, /*kTwoInputs=*/false>(x, nullptr, y, N * C, HxW, vectorized_map,
+                                                        ReluAffineOp<acc_t>{ws.affine}, stream);
 }
 
 template <typename scalar_t>
