@@ -4,6 +4,8 @@
 #   tests      CTest (Catch2, CUDA sections included) and pytest (CUDA tests included)
 #   sanitizer  compute-sanitizer memcheck and racecheck on the Catch2 CUDA test cases
 #   bench      benchmarks/bench.py (eager vs torch.compile vs fused-ops, with the ceilings)
+#   fuzz       python_tests/test_fuzz.py with the long hypothesis profile (400 examples per
+#              test, CPU and CUDA; CI runs the fixed 20-example one)
 #   tune       tools/tune_split_tf32_conv3d.sh: times the split-TF32 convolution's tile candidates
 #   numerics   benchmarks/numerics.py: the drop-ins' errors vs eager's against float64, both
 #              TF32 modes, headline and small sizes, gradients too
@@ -25,7 +27,7 @@ if [ -z "${FUSED_OPS_KEEP_CXX:-}" ] && [ -x /usr/bin/g++ ]; then
   export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++
 fi
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(build tests sanitizer bench numerics)
+[ ${#steps[@]} -gt 0 ] || steps=(build tests sanitizer fuzz bench numerics)
 failed=()
 t0=$(date +%s)
 note() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
@@ -73,6 +75,15 @@ for step in "${steps[@]}"; do
           >> "$out/sanitizer.log" 2>&1 || failed+=("$tool")
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases|assertions" "$out/sanitizer.log" | tail -n 3
       done
+      ;;
+    fuzz)
+      note "fuzz (long profile)"
+      xdist=""
+      python3 -c "import xdist" 2>/dev/null && xdist="-n 8"
+      FUSED_OPS_FUZZ=long FUSED_OPS_LIBRARY="$PWD/$build_dir/libfused_ops.so" \
+        python3 -m pytest -rs -q $xdist python_tests/test_fuzz.py > "$out/fuzz.log" 2>&1 \
+        || failed+=(fuzz)
+      grep -E "passed|failed|Falsifying" "$out/fuzz.log" | tail -n 5
       ;;
     tune)
       note "tune the split-TF32 convolution"
