@@ -17,7 +17,9 @@ On the GPU: the headline sizes, TF32 on and off for the conv models, and the tar
 On the CPU (--device cpu): a size sweep, 5 sizes per workload from tiny to large, each with
 1 thread and with all threads, printed with eager/fused and (norm ops) the fraction of the
 copy bandwidth; no targets (they are GPU targets). --device cpu --quick: the tiny shapes only.
-torch.compile rows are off by default on the CPU (name --compile-modes to add them).
+On the CPU eager and fused are timed in alternating batches (--rounds), a batch during which
+other processes ran timed again. torch.compile rows are off by default on the CPU (name
+--compile-modes to add them).
 
 The code: workloads.py (what is measured), timing.py (how), report.py (tables and files);
 this file is the command line. See benchmarks/README.md.
@@ -121,6 +123,13 @@ def parse_args(argv=None):
     )
     p.add_argument("--warmup", type=int, default=None, help="warm-up calls (3; quick 1; sweep 2)")
     p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="CPU: eager and fused timed in this many alternating batches each, a batch "
+        "during which other processes ran timed again (5; quick 2)",
+    )
+    p.add_argument(
         "--budget-s",
         type=float,
         default=None,
@@ -163,11 +172,11 @@ def parse_args(argv=None):
     on_cpu = torch.device(a.device).type == "cpu"
     a.sweep = on_cpu and not a.quick and not a.headline
     if a.quick:
-        a.quick_defaults = dict(iters=5, min_iters=3, target_s=0.2, warmup=1)
+        a.quick_defaults = dict(iters=5, min_iters=3, target_s=0.2, warmup=1, rounds=2)
     elif a.sweep:
-        a.quick_defaults = dict(iters=50, min_iters=5, target_s=0.5, warmup=2)
+        a.quick_defaults = dict(iters=50, min_iters=5, target_s=0.5, warmup=2, rounds=5)
     else:
-        a.quick_defaults = dict(iters=50, min_iters=10, target_s=1.0, warmup=3)
+        a.quick_defaults = dict(iters=50, min_iters=10, target_s=1.0, warmup=3, rounds=5)
     for k, v in a.quick_defaults.items():
         if getattr(a, k) is None:
             setattr(a, k, v)

@@ -148,6 +148,9 @@ def detail_table(results, sweep=False):
                 note = f"{e.get('status')}: {e.get('error', '')}"[:48]
             elif "compile_s" in e:
                 note = f"compile {e['compile_s']:.1f}s"
+            elif e.get("retried_batches") or e.get("contended_batches"):
+                # CPU: batches timed again because other processes ran, and kept contended
+                note = f"retimed {e['retried_batches']}, contended {e['contended_batches']}"
             rows.append(
                 lead(results, key, sweep)
                 + [

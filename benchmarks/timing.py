@@ -2,7 +2,9 @@
 
 Holds: ``time_fn`` (warm-up, then per-call CUDA events on the GPU or ``perf_counter`` on the
 CPU, rotating over enough distinct inputs to cover more than 2x the last-level cache;
-median / p10 / p90), ``measure_ceilings`` (copy bandwidth and matmul throughput measured in
+median / p10 / p90), ``time_interleaved`` and ``CpuContention`` (CPU: implementations timed
+in alternating batches, a batch during which other processes ran timed again),
+``measure_ceilings`` (copy bandwidth and matmul throughput measured in
 the same run), the torch.compile timeout (``alarm``), TF32 switching, and ``Runner``, which
 measures every (case, TF32 setting, implementation, mode) row: eager and fused first, then
 the torch.compile tasks within the time budget. A case is one workload at one size and, in
@@ -90,6 +92,128 @@ def time_fn(fn, inputs, device, iters, warmup, target_s, min_iters):
         n_iters=n,
         n_inputs=nin,
     )
+
+
+class CpuContention:
+    """CPU time that other processes take while a CPU timing runs (Linux: /proc/stat's busy
+    time of the whole machine minus this process's, in clock ticks of 10 ms), and waiting for
+    a quiet machine. On a small machine shared with other work (2 cores), a batch of calls
+    during which another process ran is slower by more than the difference being measured;
+    time_interleaved times such a batch again after the machine has been quiet for a moment.
+    Elsewhere (no /proc) it measures nothing and never waits."""
+
+    TICK_S = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+    def __init__(self, max_wait_s=150.0):
+        self.ok = os.path.exists("/proc/stat") and os.path.exists("/proc/self/stat")
+        # In all, over the run: waiting, and the batches timed again (then batches are kept).
+        self.max_wait_s = max_wait_s
+        self.waited_s = 0.0
+
+    def snapshot(self):
+        """(machine busy ticks, this process's ticks)."""
+        if not self.ok:
+            return (0, 0)
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]  # user nice system irq softirq steal
+        with open("/proc/self/stat") as f:
+            text = f.read()
+        own = text[text.rindex(")") + 2 :].split()
+        return (busy, int(own[11]) + int(own[12]))  # utime + stime, all threads
+
+    def other_s(self, since):
+        """Seconds of CPU that other processes (and the hypervisor: steal) took since."""
+        now = self.snapshot()
+        return max(0, (now[0] - since[0]) - (now[1] - since[1])) * self.TICK_S
+
+    def allowed_s(self, wall_s):
+        """What other processes may take during a batch of wall_s seconds: 2 ticks plus 2%
+        of one core (kernel threads and the like)."""
+        return 2 * self.TICK_S + 0.02 * wall_s
+
+    def wait_quiet(self, window_s=0.1, max_s=5.0):
+        """Sleeps until a window of window_s passes with at most one tick of other work, for
+        at most max_s (and the run's max_wait_s in all)."""
+        if not self.ok:
+            return
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < max_s and self.waited_s < self.max_wait_s:
+            snap = self.snapshot()
+            time.sleep(window_s)
+            self.waited_s += window_s
+            if self.other_s(snap) <= self.TICK_S:
+                break
+
+
+def time_interleaved(fns, inputs, iters, warmup, target_s, min_iters, rounds, contention):
+    """CPU: times several functions of the same inputs (name -> fn(x)) in alternating batches,
+    `rounds` of them each (orders A B, B A, ...), so that the machine's slow drifts and the
+    allocator's state fall on all of them alike; a batch during which other processes took
+    CPU (CpuContention) is timed again once the machine is quiet, up to 3 times (then kept and
+    counted as contended). Returns name -> time_fn's statistics plus rounds, retried_batches,
+    contended_batches and other_cpu_pct (other processes' CPU during the kept batches, % of
+    one core)."""
+    names = list(fns)
+    nin = len(inputs)
+    counts = {}
+    for name in names:
+        fn = fns[name]
+        for i in range(warmup):
+            fn(inputs[i % nin])
+        t0 = time.perf_counter()
+        for i in range(2):
+            fn(inputs[i % nin])
+        est = (time.perf_counter() - t0) / 2
+        counts[name] = int(max(min_iters, min(iters, target_s / max(est, 1e-6))))
+    rounds = max(1, min(rounds, min(counts.values())))
+    times = {name: [] for name in names}
+    stats = {name: dict(retried=0, contended=0, other_s=0.0, wall_s=0.0) for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            fn, st = fns[name], stats[name]
+            start = len(times[name])
+            n = counts[name] * (r + 1) // rounds - counts[name] * r // rounds
+            for attempt in range(4):
+                batch = []
+                snap = contention.snapshot()
+                t_batch = time.perf_counter()
+                for i in range(start, start + n):
+                    t = time.perf_counter()
+                    fn(inputs[i % nin])
+                    batch.append((time.perf_counter() - t) * 1e3)
+                wall = time.perf_counter() - t_batch
+                other = contention.other_s(snap)
+                if (
+                    other <= contention.allowed_s(wall)
+                    or attempt == 3
+                    or contention.waited_s >= contention.max_wait_s
+                ):
+                    break
+                st["retried"] += 1
+                contention.waited_s += wall  # the batch thrown away counts as waiting
+                contention.wait_quiet()
+            st["contended"] += int(other > contention.allowed_s(wall))
+            st["other_s"] += other
+            st["wall_s"] += wall
+            times[name] += batch
+    out = {}
+    for name in names:
+        st, ts = stats[name], sorted(times[name])
+        out[name] = dict(
+            median_ms=quantile(ts, 0.5),
+            p10_ms=quantile(ts, 0.1),
+            p90_ms=quantile(ts, 0.9),
+            mean_ms=sum(ts) / len(ts),
+            min_ms=ts[0],
+            n_iters=len(ts),
+            n_inputs=nin,
+            rounds=rounds,
+            retried_batches=st["retried"],
+            contended_batches=st["contended"],
+            other_cpu_pct=100 * st["other_s"] / max(st["wall_s"], 1e-9),
+        )
+    return out
 
 
 def cache_bytes(device):
@@ -192,6 +316,16 @@ def ceiling_sizes(device, quick):
     return 256 << 20, (8192 if device.type == "cuda" else 2048)
 
 
+def _time_ceiling(fn, inputs, device, **kw):
+    """time_fn, or on the CPU time_interleaved of the one function (batches during which other
+    processes ran timed again)."""
+    if device.type != "cpu":
+        return time_fn(fn, inputs, device, **kw)
+    return time_interleaved({"fn": fn}, inputs, rounds=5, contention=CpuContention(30.0), **kw)[
+        "fn"
+    ]
+
+
 def measure_ceilings(device, copy_elems, matmul_size):
     """Copy bandwidth (bytes read + written of copy_) and matmul TFLOP/s, TF32 on and off.
     Leaves the TF32 flags off: the caller restores them."""
@@ -204,7 +338,7 @@ def measure_ceilings(device, copy_elems, matmul_size):
                 nelem //= 2
         src = torch.randn(nelem, device=device)
         dst = torch.empty_like(src)
-        t = time_fn(
+        t = _time_ceiling(
             lambda s, dst=dst: dst.copy_(s),
             [src],
             device,
@@ -227,7 +361,7 @@ def measure_ceilings(device, copy_elems, matmul_size):
         res["matmul_size"] = size
         for label, flag in (("tf32", True), ("fp32", False)):
             set_tf32(flag)
-            t = time_fn(
+            t = _time_ceiling(
                 lambda x, b=b: torch.mm(x, b),
                 [a],
                 device,
@@ -257,6 +391,37 @@ def errors_vs(out, ref):
         max_abs_err=float(diff.abs().max()),
         rel_l2_err=float(diff.norm() / ref.norm().clamp_min(1e-300)),
     )
+
+
+def call_fn(module, mode, grad_out):
+    """fn(x) of one timed call: module(x) under no_grad (fwd), or module(x) and the gradients
+    of sum(out * grad_out) w.r.t. x and every parameter (fwdbwd; x must require grad)."""
+    params = list(module.parameters())
+    if mode == "fwd":
+
+        def fn(x):
+            with torch.no_grad():
+                return module(x)
+
+    else:
+
+        def fn(x):
+            out = module(x)
+            return torch.autograd.grad(out, [x] + params, grad_outputs=grad_out)
+
+    return fn
+
+
+def error_entry(e, entry, verbose):
+    """The entry of a row whose measurement raised e (keeping its path fields)."""
+    msg = str(e).strip().splitlines()
+    if verbose:
+        traceback.print_exc()
+    return {
+        "status": "error",
+        "error": f"{type(e).__name__}: {msg[0] if msg else ''}"[:500],
+        **{k: v for k, v in entry.items() if k in ("path", "path_error")},
+    }
 
 
 class Case:
@@ -292,6 +457,7 @@ class Runner:
         self.refs = {}  # build key -> (k, float64 reference output of inputs[0][:k])
         self.t_start = time.perf_counter()
         self.compile_seen = {}  # (compile impl, workload kind) -> longest task seconds so far
+        self.contention = CpuContention()
 
     def elapsed(self):
         return time.perf_counter() - self.t_start
@@ -357,6 +523,11 @@ class Runner:
             extra += f"  {entry['pct_copy_bw']:.0f}% of copy BW"
         if "path" in entry:
             extra += f"  path={entry['path']}"
+        if entry.get("retried_batches") or entry.get("contended_batches"):
+            extra += (
+                f"  (other processes: {entry['retried_batches']} batches timed again,"
+                f" {entry['contended_batches']} kept contended)"
+            )
         log(
             f"{head} {entry['median_ms']:9.3f} ms (p10 {entry['p10_ms']:.3f}, "
             f"p90 {entry['p90_ms']:.3f}, n={entry['n_iters']}x{entry['n_inputs']} inputs){extra}"
@@ -483,6 +654,75 @@ class Runner:
         free(dev)
         return time.perf_counter() - t_task
 
+    def run_pair(self, case, b, tf32_list):
+        """CPU: eager and fused of a case, each mode timed by time_interleaved (alternating
+        batches; batches during which other processes ran are timed again). Records the same
+        entries as run_impl, plus time_interleaved's counts."""
+        a = self.args
+        modules = {"eager": b.ref}
+        if b.fused is None:
+            self.record_all(case, tf32_list, ["fused"], "error", f"fused module: {b.fused_error}")
+        else:
+            modules["fused"] = b.fused
+        k, ref_out = self.reference(case, b)
+        for tf32 in tf32_list:
+            if tf32 != "n/a":
+                set_tf32(tf32 == "on")
+            for mode_index, mode in enumerate(a.modes):
+                for x in b.inputs:
+                    x.requires_grad_(mode != "fwd")
+                fns, entries = {}, {}
+                for impl, module in modules.items():
+                    entry = {"status": "ok"}
+                    try:
+                        fn = call_fn(module, mode, b.grad_out)
+                        if impl == "fused":
+                            entry.update(self.path(module, b.inputs[0], mode))
+                        if mode_index == 0:  # errors once per implementation, as run_impl
+                            with torch.set_grad_enabled(mode != "fwd"):
+                                out = module(b.inputs[0]).detach()
+                            entry.update(errors_vs(out[:k], ref_out))
+                            entry["err_samples"] = k
+                            del out
+                        fns[impl] = fn
+                    except Exception as e:  # noqa: BLE001
+                        entry = error_entry(e, entry, a.verbose)
+                    entries[impl] = entry
+                try:
+                    timed = time_interleaved(
+                        fns,
+                        b.inputs,
+                        a.iters,
+                        a.warmup,
+                        a.target_s,
+                        a.min_iters,
+                        a.rounds,
+                        self.contention,
+                    )
+                except Exception:  # noqa: BLE001  (one implementation failing: each alone)
+                    timed = {}
+                    for impl, fn in fns.items():
+                        try:
+                            timed[impl] = time_interleaved(
+                                {impl: fn},
+                                b.inputs,
+                                a.iters,
+                                a.warmup,
+                                a.target_s,
+                                a.min_iters,
+                                a.rounds,
+                                self.contention,
+                            )[impl]
+                        except Exception as e:  # noqa: BLE001
+                            entries[impl] = error_entry(e, entries[impl], a.verbose)
+                for impl in modules:
+                    if impl in timed:
+                        entries[impl].update(timed[impl])
+                    self.record(case, mode, tf32, impl, entries[impl])
+                for x in b.inputs:
+                    x.requires_grad_(False)
+        free(self.device)
+
     def path(self, module, x, mode):
         """{"path": the kernels fused_ops.dispatch_path names} for module(x), queried under
         the flags and grad mode the timing runs with ({"path_error": ...} if it fails)."""
@@ -519,8 +759,11 @@ class Runner:
                     log(f"  build failed: {type(e).__name__}: {e}")
                     self.record_all(case, tf32_list, ["eager", "fused"], "error", f"build: {e}")
                     continue
-            for impl in ("eager", "fused"):
-                self.run_impl(case, built, tf32_list, impl)
+            if self.device.type == "cpu":
+                self.run_pair(case, built, tf32_list)
+            else:
+                for impl in ("eager", "fused"):
+                    self.run_impl(case, built, tf32_list, impl)
         del built
         free(self.device)
         # Phase 2: torch.compile, in priority order, within the time budget.

@@ -130,6 +130,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_p
   return {output, conv_output, mean, rstd, channel_mean};
 }
 
+// The CPU forward without autograd by `chunks` chunks of the batch (cpu_batch_chunks,
+// conv_stage.cpp): only the means leave the call, so the conv output never exists whole.
+at::Tensor cpu_forward_by_chunks(const at::Tensor& input, const at::Tensor& weight,
+                                 const c10::optional<at::Tensor>& conv_bias,
+                                 const Conv3dParams& params, const ConvGroupNormShapes& shapes,
+                                 const c10::optional<at::Tensor>& gn_weight,
+                                 const c10::optional<at::Tensor>& gn_bias, double eps,
+                                 int64_t chunks) {
+  at::Tensor out = at::empty({input.size(0)}, input.options());
+  SymGroupNormShape s = shapes.group_norm;
+  for (int64_t i = 0; i < chunks; ++i) {
+    const BatchSlice slice = batch_chunk(input.size(0), chunks, i);
+    const at::Tensor conv_output =
+        run_conv3d(slice.of(input), weight, conv_bias, params, ConvConsumer::kGroupNormMean);
+    s.N = slice.size;
+    slice.of(out).copy_(std::get<0>(
+        norm::group_norm_mean_forward_prechecked(conv_output, s, gn_weight, gn_bias, eps)));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
@@ -157,9 +178,11 @@ conv3d_group_norm_mean_backward(const at::Tensor& grad_output, const at::Tensor&
                                                  /*output_padding=*/{}, dilation, groups,
                                                  /*transposed=*/false);
   return conv_group_norm_backward(kBackwardName, input, weight, conv_output, has_conv_bias, params,
-                                  output_mask, [&](std::array<bool, 3> mask) {
+                                  output_mask, cpu_batch_chunks(input, conv_output.sym_sizes()),
+                                  [&](std::array<bool, 3> mask, const BatchSlice& slice) {
                                     return norm::group_norm_mean_backward(
-                                        grad_output, conv_output, mean, rstd, channel_mean,
+                                        slice.of(grad_output), slice.of(conv_output),
+                                        slice.of(mean), slice.of(rstd), slice.of(channel_mean),
                                         num_groups, gn_weight, mask);
                                   });
 }
@@ -209,14 +232,18 @@ at::Tensor conv3d_group_norm_mean(const at::Tensor& input, const at::Tensor& wei
                                                  dilation, groups, /*transposed=*/false);
   const ConvGroupNormShapes shapes = check_conv_group_norm_args(
       kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
-  // (Below autograd: this kernel runs when no gradient is needed, so nothing is saved and the
-  // one-pass kernels can run where they apply.)
+  // (Below autograd: this kernel runs when no gradient is needed, so nothing is saved: the
+  // one-pass kernels can run where they apply, and on the CPU the batch by chunks.)
   if (!input.is_meta() && has_concrete_sizes(input)) {
     const Conv3dGroupNormMeanParams onepass = onepass_params(input, weight, params, shapes, eps);
     if (const OnePassCudaKernel* kernel = onepass_kernel(input, onepass)) {
       return std::get<0>(
           onepass_forward(input, weight, conv_bias, gn_weight, gn_bias, *kernel, onepass));
     }
+  }
+  if (const int64_t chunks = cpu_batch_chunks(input, shapes.conv_output); chunks > 1) {
+    return cpu_forward_by_chunks(input, weight, conv_bias, params, shapes, gn_weight, gn_bias, eps,
+                                 chunks);
   }
   return std::get<0>(
       forward_prechecked(input, weight, conv_bias, params, shapes, gn_weight, gn_bias, eps));

@@ -5,8 +5,9 @@
 //
 // The convolution runs through ATen (conv_stage.h); GroupNorm and the mean run as the fused
 // group_norm_mean kernels of the input's device (norm/group_norm_mean.h), which never write
-// the normalised tensor. These host functions are device-generic and serve every backend,
-// Meta included; they are the internal operators
+// the normalised tensor; on the CPU, the forward without autograd and the backward run by
+// chunks of the batch (conv_stage.h: cpu_batch_chunks). These host functions are
+// device-generic and serve every backend, Meta included; they are the internal operators
 // fused::_conv3d_group_norm_mean_{forward,backward}, from which the Autograd kernel is built,
 // and the public operator's kernel.
 #pragma once

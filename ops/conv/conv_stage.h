@@ -9,6 +9,7 @@
 #include "conv/conv_kernels.h"
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <array>
@@ -67,28 +68,78 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(
     const at::Tensor& grad_conv_output, const at::Tensor& input, const at::Tensor& weight,
     bool has_bias, const Conv3dParams& params, std::array<bool, 3> output_mask);
 
+// Samples [begin, begin + size) of a batch; size < 0: the whole batch.
+struct BatchSlice {
+  int64_t begin = 0;
+  int64_t size = -1;
+  // The slice of a tensor whose first dimension is the batch.
+  at::Tensor of(const at::Tensor& t) const { return size < 0 ? t : t.narrow(0, begin, size); }
+};
+
+// Slice i of a batch of N samples cut into `chunks` chunks as even as can be.
+inline BatchSlice batch_chunk(int64_t N, int64_t chunks, int64_t i) {
+  const int64_t begin = N * i / chunks;
+  return {begin, N * (i + 1) / chunks - begin};
+}
+
+// How many chunks of the batch a CPU pass of a fused conv operator runs its convolution by, so
+// that the convolution's output (or its gradient), of shape conv_output, never exists whole
+// (see conv_stage.cpp); 1 for the batch whole: on other devices, for small outputs, and for
+// symbolic sizes.
+int64_t cpu_batch_chunks(const at::Tensor& input, c10::SymIntArrayRef conv_output);
+
 // The backward of a fused conv operator: checks the saved conv output against the arguments,
-// gets (grad_conv_output, grad_gn_weight, grad_gn_bias) from norm_backward(mask) (the
-// GroupNorm part's backward, asked for the first when any convolution gradient is), and adds
-// the convolution's gradients: (grad_input, grad_weight, grad_conv_bias, grad_gn_weight,
-// grad_gn_bias), each undefined where output_mask is false.
+// gets (grad_conv_output, grad_gn_weight, grad_gn_bias) from norm_backward(mask, slice) (the
+// GroupNorm part's backward over that slice of the batch, asked for the first when any
+// convolution gradient is), and adds the convolution's gradients: (grad_input, grad_weight,
+// grad_conv_bias, grad_gn_weight, grad_gn_bias), each undefined where output_mask is false.
+// With batch_chunks > 1 (cpu_batch_chunks), both run chunk by chunk of the batch, the gradients
+// of the parameters summed over the chunks in order.
 template <typename NormBackward>
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_group_norm_backward(
     const char* op, const at::Tensor& input, const at::Tensor& weight,
     const at::Tensor& conv_output, bool has_conv_bias, const Conv3dParams& params,
-    std::array<bool, 5> output_mask, const NormBackward& norm_backward) {
+    std::array<bool, 5> output_mask, int64_t batch_chunks, const NormBackward& norm_backward) {
   const auto conv_shape = check_conv3d_args(op, input, weight, c10::nullopt, params);
   TORCH_CHECK(conv_output.sym_sizes() == c10::SymIntArrayRef(conv_shape), op,
               ": expected conv_output of shape ", c10::SymIntArrayRef(conv_shape), ", got ",
               conv_output.sym_sizes());
   check_same_device_and_dtype(op, "conv_output", conv_output, "input", input);
   const bool need_conv_grad = output_mask[0] || output_mask[1] || output_mask[2];
-  auto [grad_conv_output, grad_gn_weight, grad_gn_bias] =
-      norm_backward(std::array<bool, 3>{need_conv_grad, output_mask[3], output_mask[4]});
-  auto [grad_input, grad_weight, grad_conv_bias] =
-      conv3d_backward(grad_conv_output, input, weight, has_conv_bias, params,
-                      {output_mask[0], output_mask[1], output_mask[2]});
-  return {grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias};
+  const std::array<bool, 3> norm_mask{need_conv_grad, output_mask[3], output_mask[4]};
+  const std::array<bool, 3> conv_mask{output_mask[0], output_mask[1], output_mask[2]};
+  if (batch_chunks <= 1 || !need_conv_grad) {
+    auto [grad_conv_output, grad_gn_weight, grad_gn_bias] = norm_backward(norm_mask, BatchSlice{});
+    auto [grad_input, grad_weight, grad_conv_bias] =
+        conv3d_backward(grad_conv_output, input, weight, has_conv_bias, params, conv_mask);
+    return {grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias};
+  }
+  at::Tensor grad_input;
+  if (output_mask[0]) {
+    grad_input =
+        at::empty(input.sizes(), input.options().memory_format(input.suggest_memory_format()));
+  }
+  // grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias: sums over the chunks.
+  std::array<at::Tensor, 4> sums;
+  const auto add = [](at::Tensor& sum, const at::Tensor& part) {
+    if (part.defined()) {
+      sum = sum.defined() ? sum.add_(part) : part;  // the first part is the chunk's own tensor
+    }
+  };
+  for (int64_t i = 0; i < batch_chunks; ++i) {
+    const BatchSlice slice = batch_chunk(input.size(0), batch_chunks, i);
+    auto [grad_conv_output, grad_gn_weight, grad_gn_bias] = norm_backward(norm_mask, slice);
+    auto [part_input, part_weight, part_conv_bias] = conv3d_backward(
+        grad_conv_output, slice.of(input), weight, has_conv_bias, params, conv_mask);
+    if (grad_input.defined()) {
+      slice.of(grad_input).copy_(part_input);
+    }
+    add(sums[0], part_weight);
+    add(sums[1], part_conv_bias);
+    add(sums[2], grad_gn_weight);
+    add(sums[3], grad_gn_bias);
+  }
+  return {grad_input, sums[0], sums[1], sums[2], sums[3]};
 }
 
 }  // namespace conv

@@ -41,12 +41,15 @@ conv_transpose3d_relu_group_norm_backward(const at::Tensor& grad_output, const a
                                           bool has_conv_bias, std::array<bool, 5> output_mask) {
   const Conv3dParams params = make_conv3d_params(kBackwardName, stride, padding, output_padding,
                                                  dilation, groups, /*transposed=*/true);
-  return conv_group_norm_backward(kBackwardName, input, weight, conv_output, has_conv_bias, params,
-                                  output_mask, [&](std::array<bool, 3> mask) {
-                                    return norm::relu_group_norm_backward(grad_output, conv_output,
-                                                                          mean, rstd, num_groups,
-                                                                          gn_weight, mask);
-                                  });
+  // The whole batch: chunks (conv_stage.h) were measured for Conv3dGroupNormMean only (oneDNN's
+  // transposed convolution of one sample at a time was 3x slower per sample than of two).
+  return conv_group_norm_backward(
+      kBackwardName, input, weight, conv_output, has_conv_bias, params, output_mask,
+      /*batch_chunks=*/1, [&](std::array<bool, 3> mask, const BatchSlice& slice) {
+        return norm::relu_group_norm_backward(slice.of(grad_output), slice.of(conv_output),
+                                              slice.of(mean), slice.of(rstd), num_groups, gn_weight,
+                                              mask);
+      });
 }
 
 std::string conv_transpose3d_relu_group_norm_path(
