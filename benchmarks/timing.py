@@ -688,9 +688,10 @@ class Runner:
                     except Exception as e:  # noqa: BLE001
                         entry = error_entry(e, entry, a.verbose)
                     entries[impl] = entry
-                try:
-                    timed = time_interleaved(
-                        fns,
+
+                def timed_together(group):
+                    return time_interleaved(
+                        group,
                         b.inputs,
                         a.iters,
                         a.warmup,
@@ -699,20 +700,14 @@ class Runner:
                         a.rounds,
                         self.contention,
                     )
+
+                try:
+                    timed = timed_together(fns)
                 except Exception:  # noqa: BLE001  (one implementation failing: each alone)
                     timed = {}
                     for impl, fn in fns.items():
                         try:
-                            timed[impl] = time_interleaved(
-                                {impl: fn},
-                                b.inputs,
-                                a.iters,
-                                a.warmup,
-                                a.target_s,
-                                a.min_iters,
-                                a.rounds,
-                                self.contention,
-                            )[impl]
+                            timed[impl] = timed_together({impl: fn})[impl]
                         except Exception as e:  # noqa: BLE001
                             entries[impl] = error_entry(e, entries[impl], a.verbose)
                 for impl in modules:
