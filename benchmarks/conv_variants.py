@@ -7,7 +7,11 @@ For ConvTranspose3d(64->128, k=3) on (16, 64, 32^3) and Conv3d(3->24, k=3) on (1
   - cuDNN benchmark mode off / on,
 with TF32 on and off. CUDA-event medians over rotated inputs. Prints one table.
 
-    python3 benchmarks/conv_variants.py [--iters 20] [--accuracy]
+    python3 benchmarks/conv_variants.py [--iters 20] [--accuracy | --backward [--kernels]]
+
+--backward: the ConvTranspose3d's input and weight gradients (TF32 on, what eager's default
+runs) from an NCDHW output gradient, the transposes to NDHWC timed alone too; with --kernels,
+the CUDA kernels each variant launches (torch.profiler) and their times.
 
 --accuracy: instead of times, the error of each full-float32 (TF32 off) variant of the
 ConvTranspose3d against float64 (cuDNN's algorithm choice decides it): max |err| / max |ref|
@@ -74,6 +78,84 @@ def accuracy():
     torch.backends.cudnn.deterministic = False
 
 
+def kernel_times(fn, x):
+    """The CUDA kernels of one call of fn(x): (name, microseconds), in launch order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(x)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(x)
+        torch.cuda.synchronize()
+    return [
+        (e.name, e.device_time)
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0
+    ]
+
+
+def backward_variants(iters, kernels):
+    """The ConvTranspose3d 64->128 k3 backward's convolutions, ways ATen can run them."""
+    dev = "cuda"
+    torch.manual_seed(0)
+    cl = torch.channels_last_3d
+    cb = torch.ops.aten.convolution_backward
+    weight = torch.randn(64, 128, 3, 3, 3, device=dev) * 0.05
+    fw = transposed_as_forward_weight(weight, 1)
+    w_cl, fw_cl = weight.contiguous(memory_format=cl), fw.contiguous(memory_format=cl)
+    xs = [torch.rand(16, 64, 32, 32, 32, device=dev) for _ in range(2)]
+    dys = [torch.randn(16, 128, 34, 34, 34, device=dev) for _ in range(2)]
+    xs_cl = [x.contiguous(memory_format=cl) for x in xs]
+    dys_cl = [d.contiguous(memory_format=cl) for d in dys]
+    inputs = list(zip(xs, dys, xs_cl, dys_cl))
+    one, zero = [1, 1, 1], [0, 0, 0]
+    variants = {
+        "x to NDHWC": lambda a: a[0].contiguous(memory_format=cl),
+        "dy to NDHWC": lambda a: a[1].contiguous(memory_format=cl),
+        "dx+dw+db as written, NCDHW": lambda a: cb(
+            a[1], a[0], weight, [128], one, zero, one, True, zero, 1, [True, True, True]
+        ),
+        "dx as written, NCDHW": lambda a: cb(
+            a[1], a[0], weight, None, one, zero, one, True, zero, 1, [True, False, False]
+        ),
+        "dx = conv3d(dy, w), NCDHW": lambda a: F.conv3d(a[1], weight),
+        "dx = conv3d(dy, w), NDHWC in": lambda a: F.conv3d(a[3], w_cl),
+        "dx as written, NDHWC in": lambda a: cb(
+            a[3], a[2], w_cl, None, one, zero, one, True, zero, 1, [True, False, False]
+        ),
+        "dw as written, NCDHW": lambda a: cb(
+            a[1], a[0], weight, None, one, zero, one, True, zero, 1, [False, True, False]
+        ),
+        "dw as written, NDHWC in": lambda a: cb(
+            a[3], a[2], w_cl, None, one, zero, one, True, zero, 1, [False, True, False]
+        ),
+        "dw of the rewrite, NDHWC in": lambda a: cb(
+            a[3], a[2], fw_cl, None, one, [2, 2, 2], one, False, zero, 1, [False, True, False]
+        ),
+        "dw of conv3d(dy, w) by x, NDHWC": lambda a: cb(
+            a[2], a[3], w_cl, None, one, zero, one, False, zero, 1, [False, True, False]
+        ),
+        "db = dy.sum, NCDHW": lambda a: a[1].sum((0, 2, 3, 4)),
+    }
+    rows = []
+    for bench in (False, True):
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cudnn.benchmark = bench
+        for name, fn in variants.items():
+            try:
+                ms = median_ms(fn, inputs, iters)
+                rows.append((name, bench, f"{ms:.3f}"))
+                if kernels and not bench:
+                    for k, us in kernel_times(fn, inputs[0]):
+                        rows.append(("    " + k[:90], bench, f"{us / 1000:.3f}"))
+            except RuntimeError as e:
+                rows.append((name, bench, "error " + str(e)[:60]))
+    torch.backends.cudnn.benchmark = False
+    print(f"{'ConvTranspose3d 64->128 k3 backward, TF32':96s} {'bench':5s} {'ms':>8s}")
+    for r in rows:
+        print(f"{r[0]:96s} {str(r[1]):5s} {r[2]:>8s}")
+
+
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -82,10 +164,19 @@ def main():
     parser.add_argument(
         "--accuracy", action="store_true", help="errors against float64 instead of times"
     )
+    parser.add_argument(
+        "--backward", action="store_true", help="the ConvTranspose3d's gradients instead"
+    )
+    parser.add_argument(
+        "--kernels", action="store_true", help="with --backward: each variant's CUDA kernels"
+    )
     args = parser.parse_args()
     require_cuda("conv_variants.py")
     if args.accuracy:
         accuracy()
+        return
+    if args.backward:
+        backward_variants(args.iters, args.kernels)
         return
     dev = "cuda"
     torch.manual_seed(0)

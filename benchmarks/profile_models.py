@@ -5,6 +5,9 @@ kernel of one forward call (after warm-up), from torch.profiler, so that a misse
 be explained by where the time goes.
 
     python3 benchmarks/profile_models.py [--only conv3d_group_norm_mean] [--tf32 on,off]
+        [--backward]
+
+--backward: the kernels of one forward+backward step (input and parameters requiring grad).
 """
 
 import argparse
@@ -24,6 +27,9 @@ def main():
     )
     parser.add_argument("--tf32", default="on,off", help="TF32 settings: on,off")
     parser.add_argument(
+        "--backward", action="store_true", help="profile a forward+backward step instead"
+    )
+    parser.add_argument(
         "--lib", default=None, help="path of libfused_ops.so (else fused_ops finds it)"
     )
     args = parser.parse_args()
@@ -38,17 +44,23 @@ def main():
             torch.nn.init.normal_(p, mean=0.5, std=0.3)
         fused = getattr(fused_ops, workload["model"].__name__)(**workload["init"]).cuda()
         fused.load_state_dict(original.state_dict())
-        x = torch.rand(workload["input_shape"], device="cuda")
+        x = torch.rand(workload["input_shape"], device="cuda", requires_grad=args.backward)
+        grad_out = torch.randn_like(fused(x)) if args.backward else None
+
+        def fused_step(x, fused=fused, grad_out=grad_out):
+            fused(x).backward(grad_out)
+
+        kind = "forward+backward step" if args.backward else "forward"
         for tf32 in args.tf32.split(","):
             torch.backends.cudnn.allow_tf32 = tf32 == "on"
-            with torch.no_grad():
-                for _ in range(3):
-                    fused(x)
+            step = fused_step if args.backward else torch.no_grad()(fused)
+            for _ in range(3):
+                step(x)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                step(x)
                 torch.cuda.synchronize()
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    fused(x)
-                    torch.cuda.synchronize()
-            print(f"\n=== {name}, TF32 {tf32}: kernels of one fused forward")
+            print(f"\n=== {name}, TF32 {tf32}: kernels of one fused {kind}")
             total = 0.0
             for event in prof.key_averages():
                 us = getattr(event, "device_time_total", None)

@@ -24,7 +24,9 @@
 // the rewrite is used where TF32 (or half / bfloat16) rounding dominates anyway: on CUDA,
 // for float with TF32 allowed, or half / bfloat16 inputs; with stride 1, no output_padding,
 // and padding <= (k - 1) * dilation (the forward padding must not be negative). It computes
-// the same function; only the rounding differs.
+// the same function; only the rounding differs. With float32, its backward runs in NDHWC too
+// (transposed_as_forward_backward: cuDNN's NDHWC gradient kernels are faster than its NCDHW
+// ones, whose inputs it transposes itself, once per gradient).
 //
 // With TF32 off (float32 products wanted), the rewrite runs on our own split-TF32 tensor-core
 // kernels (split_tf32_conv3d.cuh: float32-grade products at several times cuDNN's float32
@@ -176,7 +178,7 @@ bool split_tf32_runs_transposed(const at::Tensor& input, const at::Tensor& weigh
 // A 5-d float32 CUDA tensor in `format` (contiguous or channels_last_3d): between those two
 // layouts by our tiled transpose (layout_kernels.h: about twice as fast as ATen's strided
 // copy), otherwise as .contiguous(format) does it.
-[[maybe_unused]] at::Tensor float_cuda_in_format(const at::Tensor& t, at::MemoryFormat format) {
+at::Tensor float_cuda_in_format(const at::Tensor& t, at::MemoryFormat format) {
 #ifdef FUSED_OPS_WITH_CUDA
   const bool to_channels_last = format == at::MemoryFormat::ChannelsLast3d;
   const auto source =
@@ -271,6 +273,53 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_split_tf32_backward(
 #else
   TORCH_INTERNAL_ASSERT(false, "split-TF32 convolution selected in a build without CUTLASS");
 #endif
+}
+
+// conv3d_backward of a float32 transposed convolution that ran as transposed_as_forward (TF32
+// allowed), in NDHWC: the input gradient as a forward convolution of dy with the transposed
+// convolution's own weight and padding (split_tf32_input_grad_shape's), the weight gradient as
+// the forward rewrite's. dy comes NDHWC (the GroupNorm backward writes it so:
+// conv3d_backward_reads_channels_last), x is changed to NDHWC by our transpose. Measured on an H100
+// (cuDNN 9.19, TF32; benchmarks/conv_variants.py --backward), ConvTranspose3d 64->128 k3 on
+// (16, 64, 32^3): eager's NCDHW backward takes 4.6 ms: the input gradient 1.24 ms on an sm80
+// kernel after 0.23 ms of transposes, the weight gradient 2.47 ms after 0.33 ms of transposes;
+// in NDHWC the input gradient takes 1.15 ms (an sm90 kernel) and the rewrite's weight gradient
+// 1.98 ms (a 128x64 tile where the transposed one's takes 128x128), after one transpose of dy
+// (0.23 ms) and one of x (0.10 ms).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_as_forward_backward(
+    const at::Tensor& grad_y, const at::Tensor& input, const at::Tensor& weight, bool has_bias,
+    const Conv3dParams& p, std::array<bool, 3> output_mask) {
+  constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast3d;
+  const at::Tensor dy = aligned_16(float_cuda_in_format(grad_y, kChannelsLast));
+  at::Tensor grad_input, grad_weight, grad_bias;
+  if (output_mask[0]) {
+    const at::Tensor dx = at::conv3d(dy, weight.contiguous(kChannelsLast), c10::nullopt,
+                                     /*stride=*/{1, 1, 1}, p.padding, p.dilation, p.groups);
+    grad_input = float_cuda_in_format(dx, input.suggest_memory_format());
+  }
+  if (output_mask[1]) {
+    const at::Tensor x = aligned_16(float_cuda_in_format(input, kChannelsLast));
+    const at::Tensor forward_weight =
+        forward_weight_of_transposed(weight, p.groups).contiguous(kChannelsLast);
+    const at::Tensor forward_grad = std::get<1>(at::convolution_backward(
+        dy, x, forward_weight, c10::nullopt, /*stride=*/{1, 1, 1},
+        forward_padding_of_transposed(weight, p), p.dilation, /*transposed=*/false,
+        /*output_padding=*/{0, 0, 0}, p.groups, {false, true, false}));
+    // forward_weight_of_transposed undone: (C_out, C_in/g, k...) with taps flipped ->
+    // (g, C_out/g, C_in/g, k...) -> (C_in, C_out/g, k...).
+    const int64_t c_out_per_group = weight.size(1);
+    auto k = weight.sizes().slice(2);
+    grad_weight =
+        forward_grad.flip({2, 3, 4})
+            .reshape({p.groups, c_out_per_group, weight.size(0) / p.groups, k[0], k[1], k[2]})
+            .transpose(1, 2)
+            .reshape(weight.sizes())
+            .contiguous(weight.suggest_memory_format());
+  }
+  if (output_mask[2] && has_bias) {
+    grad_bias = grad_y.sum({0, 2, 3, 4});
+  }
+  return {grad_input, grad_weight, grad_bias};
 }
 
 }  // namespace
@@ -408,6 +457,15 @@ at::Tensor run_conv3d(const at::Tensor& unaligned_input, const at::Tensor& unali
   return output.contiguous(input.suggest_memory_format());
 }
 
+bool conv3d_backward_reads_channels_last(const at::Tensor& input, const at::Tensor& weight,
+                                         const Conv3dParams& p) {
+  if (!p.transposed || !input.is_cuda() || input.scalar_type() != at::kFloat) {
+    return false;
+  }
+  const ConvPath path = select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm);
+  return path == ConvPath::kTransposedAsForward || path == ConvPath::kTransposedAsForwardSplitTf32;
+}
+
 at::Tensor empty_conv_output(const at::Tensor& input, c10::SymIntArrayRef shape) {
   return at::empty_symint(shape, input.options().memory_format(input.suggest_memory_format()));
 }
@@ -430,10 +488,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(const at::Tensor&
             has_grad_bias ? at::empty_symint({grad_conv_output.sym_size(1)}, weight.options())
                           : at::Tensor()};
   }
-  if (p.transposed && select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm) ==
-                          ConvPath::kTransposedAsForwardSplitTf32) {
-    return transposed_split_tf32_backward(grad_conv_output, input, weight, has_bias, p,
-                                          output_mask);
+  if (p.transposed) {
+    switch (select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm)) {
+      case ConvPath::kTransposedAsForwardSplitTf32:
+        return transposed_split_tf32_backward(grad_conv_output, input, weight, has_bias, p,
+                                              output_mask);
+      case ConvPath::kTransposedAsForward:
+        if (input.scalar_type() == at::kFloat) {
+          return transposed_as_forward_backward(grad_conv_output, input, weight, has_bias, p,
+                                                output_mask);
+        }
+        break;  // half types: eager's backward (not measured in NDHWC)
+      default:
+        break;
+    }
   }
   const int64_t c_out = grad_conv_output.size(1);
   const std::array<int64_t, 1> bias_sizes{c_out};

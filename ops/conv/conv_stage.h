@@ -60,9 +60,15 @@ at::Tensor run_conv3d(const at::Tensor& input, const at::Tensor& weight,
 // format), for the Meta kernels.
 at::Tensor empty_conv_output(const at::Tensor& input, c10::SymIntArrayRef shape);
 
+// Whether conv3d_backward reads the gradient of run_conv3d's output in channels_last_3d
+// without a copy (its float32 CUDA rewrites of transposed convolutions run NDHWC): the GroupNorm
+// backward before it then writes that gradient so.
+bool conv3d_backward_reads_channels_last(const at::Tensor& input, const at::Tensor& weight,
+                                         const Conv3dParams& params);
+
 // Gradients of run_conv3d's (grad_input, grad_weight, grad_bias) given the gradient of its
-// output, each undefined where output_mask is false (grad_bias also when has_bias is false);
-// grad_input and grad_weight in the memory formats that input and weight suggest. For Meta
+// output (any layout), each undefined where output_mask is false (grad_bias also when has_bias is
+// false); grad_input and grad_weight in the memory formats that input and weight suggest. For Meta
 // tensors, the empty gradients.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(
     const at::Tensor& grad_conv_output, const at::Tensor& input, const at::Tensor& weight,

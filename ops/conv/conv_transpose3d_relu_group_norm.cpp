@@ -43,12 +43,14 @@ conv_transpose3d_relu_group_norm_backward(const at::Tensor& grad_output, const a
                                                  dilation, groups, /*transposed=*/true);
   // The whole batch: chunks (conv_stage.h) were measured for Conv3dGroupNormMean only (oneDNN's
   // transposed convolution of one sample at a time was 3x slower per sample than of two).
+  const bool grad_conv_output_channels_last =
+      conv3d_backward_reads_channels_last(input, weight, params);
   return conv_group_norm_backward(
       kBackwardName, input, weight, conv_output, has_conv_bias, params, output_mask,
       /*batch_chunks=*/1, [&](std::array<bool, 3> mask, const BatchSlice& slice) {
-        return norm::relu_group_norm_backward(slice.of(grad_output), slice.of(conv_output),
-                                              slice.of(mean), slice.of(rstd), num_groups, gn_weight,
-                                              mask);
+        return norm::relu_group_norm_backward_in_layout(
+            slice.of(grad_output), slice.of(conv_output), slice.of(mean), slice.of(rstd),
+            num_groups, gn_weight, mask, grad_conv_output_channels_last);
       });
 }
 

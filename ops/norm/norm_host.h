@@ -25,16 +25,19 @@ struct NormBackwardTensors {
   }
 };
 
-inline NormBackwardTensors prepare_norm_backward(const at::Tensor& grad_output,
-                                                 const at::Tensor& input, const at::Tensor& mean,
-                                                 const at::Tensor& rstd,
-                                                 const c10::optional<at::Tensor>& weight,
-                                                 const SymGroupNormShape& shape,
-                                                 std::array<bool, 3> output_mask) {
+inline NormBackwardTensors prepare_norm_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,
+    const at::Tensor& rstd, const c10::optional<at::Tensor>& weight, const SymGroupNormShape& shape,
+    std::array<bool, 3> output_mask,
+    at::MemoryFormat grad_input_format = at::MemoryFormat::Contiguous) {
   NormBackwardTensors t;
   t.weight = contiguous_or_undefined(weight);
   std::tie(t.grad_input, t.grad_weight, t.grad_bias) =
       allocate_norm_grads(input, shape.C, t.weight.defined(), output_mask);
+  if (t.grad_input.defined() && grad_input_format != at::MemoryFormat::Contiguous) {
+    t.grad_input =
+        at::empty_symint(input.sym_sizes(), input.options().memory_format(grad_input_format));
+  }
   t.run_kernel = !input.is_meta() && input.numel() > 0 &&
                  (t.grad_input.defined() || t.grad_weight.defined() || t.grad_bias.defined());
   if (t.run_kernel) {

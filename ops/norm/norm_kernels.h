@@ -33,7 +33,8 @@ struct ReluGroupNormForwardParams {
 
 // relu_group_norm backward. x is the pre-ReLU input of the forward, dy the gradient of y;
 // dx (shaped like x), dweight and dbias (C entries) are written when non-null (dweight only
-// with a weight).
+// with a weight). With dx_channels_last (CUDA kernels only), dx is stored (N, HxW, C), for a
+// convolution's backward that reads NDHWC; x and dy are (N, C, HxW) always.
 struct ReluGroupNormBackwardParams {
   ScalarKind dtype;
   GroupNormShape sizes;
@@ -45,6 +46,7 @@ struct ReluGroupNormBackwardParams {
   void* dx;
   void* dweight;
   void* dbias;
+  bool dx_channels_last;
 };
 
 // group_norm_mean forward: out (N) = mean over (c, *) of group_norm(x); mean, rstd: (N, G);

@@ -57,12 +57,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,
     const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
     std::array<bool, 3> output_mask) {
+  return relu_group_norm_backward_in_layout(grad_output, input, mean, rstd, num_groups, weight,
+                                            output_mask, /*grad_input_channels_last=*/false);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layout(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,
+    const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
+    std::array<bool, 3> output_mask, bool grad_input_channels_last) {
   const SymGroupNormShape s =
       check_group_norm_args(kBackwardName, input, num_groups, weight, c10::nullopt, 0.0);
   check_group_norm_backward_args(kBackwardName, grad_output, input.sym_sizes(), input, s, mean,
                                  rstd);
-  const NormBackwardTensors t =
-      prepare_norm_backward(grad_output, input, mean, rstd, weight, s, output_mask);
+  const bool dx_channels_last =
+      grad_input_channels_last && input.dim() == 5 && (input.is_cuda() || input.is_meta());
+  const NormBackwardTensors t = prepare_norm_backward(
+      grad_output, input, mean, rstd, weight, s, output_mask,
+      dx_channels_last ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous);
   if (t.run_kernel) {
     const ReluGroupNormBackwardParams params{scalar_kind(t.input.scalar_type()),
                                              concrete(s),
@@ -73,7 +84,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward(
                                              data_or_null(t.weight),
                                              mutable_data_or_null(t.grad_input),
                                              mutable_data_or_null(t.grad_weight),
-                                             mutable_data_or_null(t.grad_bias)};
+                                             mutable_data_or_null(t.grad_bias),
+                                             dx_channels_last};
     run_kernel(kBackwardName, t.input, params, kBackwardKernels);
   }
   return t.grads();

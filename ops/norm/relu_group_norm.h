@@ -38,6 +38,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward(
     const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
     std::array<bool, 3> output_mask);
 
+// The same, for a conv operator whose convolution backward reads NDHWC: with
+// grad_input_channels_last, grad_input is channels_last_3d, written so by the kernel (CUDA and
+// 5-d inputs only; elsewhere grad_input is contiguous).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layout(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,
+    const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
+    std::array<bool, 3> output_mask, bool grad_input_channels_last);
+
 // The path of a call with these arguments ("relu_group_norm": one kernel family for every
 // input), for the debug query fused::_relu_group_norm_path.
 std::string relu_group_norm_path(const at::Tensor& input, int64_t num_groups,

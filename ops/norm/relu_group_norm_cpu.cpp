@@ -21,6 +21,7 @@
 #include "norm/norm_kernels.h"
 
 #include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
 
 #include <vector>
 
@@ -187,6 +188,8 @@ void relu_group_norm_forward_cpu(const ReluGroupNormForwardParams& p) {
 }
 
 void relu_group_norm_backward_cpu(const ReluGroupNormBackwardParams& p) {
+  // The host asks for a channels-last dx on CUDA only.
+  TORCH_INTERNAL_ASSERT(!p.dx_channels_last, "relu_group_norm CPU backward: channels-last dx");
   dispatch_cpu_scalar(p.dtype, [&](auto tag) { backward_kernel<decltype(tag)>(p); });
 }
 
