@@ -251,6 +251,13 @@ def test_dispatch_path_cuda(mode):
         == ("transposed_as_forward" if tf32 else "transposed_as_forward_split_tf32")
         + " -> relu_group_norm"
     )
+    # Without autograd their float32 conv output stays NDHWC, and the GroupNorm reads it so.
+    with torch.no_grad():
+        assert (
+            _path("conv_transpose3d_relu_group_norm", k3, mode)
+            == ("transposed_as_forward" if tf32 else "transposed_as_forward_split_tf32")
+            + " -> relu_group_norm_channels_last"
+        )
     k2 = conv_transpose_args((1, 6, 5, 3, 7), 12, 2, 3, device="cuda")
     assert _path("conv_transpose3d_relu_group_norm", k2, mode) == "aten -> relu_group_norm"
     k2_by4 = conv_transpose_args((1, 8, 5, 3, 7), 12, 2, 3, device="cuda")
@@ -272,3 +279,6 @@ def test_dispatch_path_cuda(mode):
     x6 = norm_args((2, 6, 5, 6, 7), 3, device="cuda")
     x6[0] = x6[0].detach().to(memory_format=torch.channels_last_3d)
     assert _path("group_norm_mean", x6, mode) == "group_norm_mean"
+    # relu_group_norm too (on CUDA only).
+    assert _path("relu_group_norm", x8, mode) == "relu_group_norm_channels_last"
+    assert _path("relu_group_norm", x6, mode) == "relu_group_norm"

@@ -55,10 +55,14 @@ FLOAT32_BOTH_MODES: Combos = frozenset((F32, m) for m in MODES)
 # ---------------------------------------------------------------------------------------
 # The paths, from the sources: (dtype, mode) pairs that reach each one.
 #
-# Norm kernels: "relu_group_norm" (ops/norm/relu_group_norm.cpp, relu_group_norm_path: one
-# name for every input); "group_norm_mean" / "group_norm_mean_channels_last"
-# (ops/norm/group_norm_mean.cpp, group_norm_mean_kernel_name / reads_channels_last: a dense
-# channels-last input, on the CPU always, on CUDA when C is a multiple of 16 bytes' elements).
+# Norm kernels: "relu_group_norm" / "relu_group_norm_channels_last"
+# (ops/norm/relu_group_norm.cpp, relu_group_norm_kernel_name: a dense channels-last input on
+# CUDA when C is a multiple of 16 bytes' elements, read in place; on the CPU always the
+# first); "group_norm_mean" / "group_norm_mean_channels_last" (ops/norm/group_norm_mean.cpp,
+# group_norm_mean_kernel_name / norm_host.h, reads_channels_last: the same, and on the CPU
+# every dense channels-last input). A conv operator's GroupNorm reads its conv output, which
+# is in the input's layout (run_conv3d), except without autograd, where the float32 CUDA
+# rewrites of a transposed convolution leave it NDHWC (Case.inference_path).
 # Convolutions (ops/conv/conv_stage.cpp, select_conv_path / conv_path_name), joined to the
 # norm kernel by " -> " (conv_transpose3d_relu_group_norm_path in
 # ops/conv/conv_transpose3d_relu_group_norm.cpp, conv3d_group_norm_mean_path in
@@ -81,28 +85,37 @@ CPU_PATHS: Dict[str, Combos] = {
     "aten -> group_norm_mean_channels_last": EVERY_DTYPE_BOTH_MODES,
 }
 
+TRANSPOSED_AS_FORWARD_COMBOS = frozenset(
+    {
+        (F32, "default"),
+        (F16, "default"),
+        (F16, "tf32_off"),
+        (BF16, "default"),
+        (BF16, "tf32_off"),
+    }
+)
+
 CUDA_PATHS: Dict[str, Combos] = {
     "relu_group_norm": EVERY_DTYPE_BOTH_MODES,
+    # channels_last_norm_cuda_supported: C a multiple of 16 / element size, <= 2048
+    "relu_group_norm_channels_last": EVERY_DTYPE_BOTH_MODES,
     "group_norm_mean": EVERY_DTYPE_BOTH_MODES,
-    # group_norm_mean_channels_last_cuda_supported: C a multiple of 16 / element size, <= 2048
     "group_norm_mean_channels_last": EVERY_DTYPE_BOTH_MODES,
     # select_conv_path, transposed: kAten for float64 always, and for anything that
-    # rewritable_as_forward rejects (stride 2 here)
+    # rewritable_as_forward rejects (stride 2 here); a channels-last input's conv output is
+    # channels-last
     "aten -> relu_group_norm": EVERY_DTYPE_BOTH_MODES,
+    "aten -> relu_group_norm_channels_last": EVERY_DTYPE_BOTH_MODES,
     # kTransposedAsForward: half / bfloat16 in both modes; float32 only with TF32 allowed and
     # eager_transposed_is_tf32 (3x3x3, stride 1, no padding, one conv group)
-    "transposed_as_forward -> relu_group_norm": frozenset(
-        {
-            (F32, "default"),
-            (F16, "default"),
-            (F16, "tf32_off"),
-            (BF16, "default"),
-            (BF16, "tf32_off"),
-        }
-    ),
+    "transposed_as_forward -> relu_group_norm": TRANSPOSED_AS_FORWARD_COMBOS,
+    "transposed_as_forward -> relu_group_norm_channels_last": TRANSPOSED_AS_FORWARD_COMBOS,
     # kTransposedAsForwardSplitTf32: float32 with TF32 off, split_tf32_runs_transposed (one conv
     # group, C_in and C_out multiples of 4, a build with CUTLASS, compute capability 8.0+)
     "transposed_as_forward_split_tf32 -> relu_group_norm": frozenset({(F32, "tf32_off")}),
+    "transposed_as_forward_split_tf32 -> relu_group_norm_channels_last": frozenset(
+        {(F32, "tf32_off")}
+    ),
     # conv3d_group_norm_mean.cpp: conv3d_group_norm_mean_path, the one-pass family
     # (conv3d_group_norm_mean_onepass_plan.cpp: C_in / groups * k^3 <= 512), every dtype
     "onepass": EVERY_DTYPE_BOTH_MODES,
@@ -163,14 +176,30 @@ ROUTES: Dict[Tuple[str, str], Tuple[str, str, Tuple[str, ...]]] = {
     ("cpu", "aten -> group_norm_mean"): (C3, "conv3d", CONTIGUOUS),
     ("cpu", "aten -> group_norm_mean_channels_last"): (C3, "conv3d", CHANNELS_LAST),
     ("cuda", "relu_group_norm"): ("relu_group_norm", "norm", CONTIGUOUS),
+    ("cuda", "relu_group_norm_channels_last"): ("relu_group_norm", "norm", CHANNELS_LAST),
     ("cuda", "group_norm_mean"): ("group_norm_mean", "norm", CONTIGUOUS),
     ("cuda", "group_norm_mean_channels_last"): ("group_norm_mean", "norm", CHANNELS_LAST),
     ("cuda", "aten -> relu_group_norm"): (CT, "conv_transpose_stride2", CONTIGUOUS),
+    ("cuda", "aten -> relu_group_norm_channels_last"): (
+        CT,
+        "conv_transpose_stride2",
+        CHANNELS_LAST,
+    ),
     ("cuda", "transposed_as_forward -> relu_group_norm"): (CT, "conv_transpose", CONTIGUOUS),
+    ("cuda", "transposed_as_forward -> relu_group_norm_channels_last"): (
+        CT,
+        "conv_transpose",
+        CHANNELS_LAST,
+    ),
     ("cuda", "transposed_as_forward_split_tf32 -> relu_group_norm"): (
         CT,
         "conv_transpose",
-        CONTIGUOUS + CHANNELS_LAST,
+        CONTIGUOUS,
+    ),
+    ("cuda", "transposed_as_forward_split_tf32 -> relu_group_norm_channels_last"): (
+        CT,
+        "conv_transpose",
+        CHANNELS_LAST,
     ),
     ("cuda", "onepass"): (C3, "conv3d", CONTIGUOUS),
     ("cuda", "aten_float32 -> group_norm_mean"): (C3, "conv3d_wide", CONTIGUOUS),
@@ -304,9 +333,19 @@ class Case:
         return kwargs
 
     @property
+    def inference_path(self) -> str:
+        """The path without autograd: the float32 CUDA rewrites of a transposed convolution
+        leave their output NDHWC, which the GroupNorm reads in place (conv_stage.cpp,
+        ConvOutputLayout::kAsComputed)."""
+        conv = self.path.split(" -> ")[0]
+        if self.op == CT and self.dtype == F32 and conv.startswith("transposed_as_forward"):
+            return conv + " -> relu_group_norm_channels_last"
+        return self.path
+
+    @property
     def reference_override(self):
         """The reference to use instead of helpers.REFERENCES[op], or None."""
-        if self.path == "transposed_as_forward -> relu_group_norm" and self.dtype == F32:
+        if self.path.startswith("transposed_as_forward -> ") and self.dtype == F32:
             return ref_transposed_as_forward_relu_group_norm
         return None
 
@@ -353,10 +392,10 @@ def test_path_values_and_gradients(case: Case, monkeypatch):
     assert fused_ops.dispatch_path(case.op, *args) == case.path
     kwargs = case.check_kwargs()
     check_against_reference(case.op, args, **kwargs)
-    # Without autograd: the same path (the one-pass forward without autograd may take the
+    # Without autograd: the inference path (the one-pass forward without autograd may take the
     # tensor-core kernel: test_conv3d_onepass.TOLERANCE holds it to the same bounds).
     with torch.no_grad():
-        assert fused_ops.dispatch_path(case.op, *args) == case.path
+        assert fused_ops.dispatch_path(case.op, *args) == case.inference_path
         out = fused_op(case.op)(*args)
     ref, _ = reference(case.op, args, low_precision_conv=kwargs.get("low_precision_conv"))
     assert_close_to_ref(
@@ -398,7 +437,7 @@ def test_path_names_match_the_sources():
     (conv_path_name) or GroupNorm kernel name fails here until it is listed (and covered)."""
     conv_names = _literals_of("ops/conv/conv_stage.cpp", "conv_path_name") - {"unknown"}
     norm_names = _literals_of("ops/norm/group_norm_mean.cpp", "group_norm_mean_kernel_name")
-    norm_names |= _literals_of("ops/norm/relu_group_norm.cpp", "relu_group_norm_path")
+    norm_names |= _literals_of("ops/norm/relu_group_norm.cpp", "relu_group_norm_kernel_name")
     onepass = _literals_of("ops/conv/conv3d_group_norm_mean.cpp", "conv3d_group_norm_mean_path")
     listed = set(CPU_PATHS) | set(CUDA_PATHS)
     listed_conv = {p.split(" -> ")[0] for p in listed if " -> " in p}

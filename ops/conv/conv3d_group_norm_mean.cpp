@@ -7,7 +7,6 @@
 #include "conv/conv_stage.h"
 #include "norm/group_norm_mean.h"
 
-#include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
@@ -199,13 +198,7 @@ std::string conv3d_group_norm_mean_path(const at::Tensor& input, const at::Tenso
   const ConvGroupNormShapes shapes = check_conv_group_norm_args(
       kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
   // A call that autograd records runs the internal forward, which saves the conv output.
-  const auto requires_grad = [](const c10::optional<at::Tensor>& t) {
-    return t.has_value() && t->defined() && t->requires_grad();
-  };
-  const bool records_grad =
-      at::GradMode::is_enabled() &&
-      (input.requires_grad() || weight.requires_grad() || requires_grad(conv_bias) ||
-       requires_grad(gn_weight) || requires_grad(gn_bias));
+  const bool records_grad = autograd_records(input, weight, conv_bias, gn_weight, gn_bias);
   if (!input.is_meta() && has_concrete_sizes(input)) {
     const Conv3dGroupNormMeanParams onepass = onepass_params(input, weight, params, shapes, eps);
     if (records_grad ? trains_onepass(input, weight, onepass)

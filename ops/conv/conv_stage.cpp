@@ -33,7 +33,11 @@
 // speed) where they apply: one conv group, C_in and C_out multiples of 4, a build with CUTLASS,
 // a GPU of compute capability 8.0+. Its backward too: the input gradient as a forward
 // convolution of the output gradient, the weight gradient as the rewrite's. They compute NDHWC;
-// results are returned in the layouts of the tensors they belong to, like every path's.
+// results are returned in the layouts of the tensors they belong to, like every path's, except
+// the conv output of an operator's inference forward, which only its GroupNorm reads: there
+// both float32 rewrites leave it NDHWC (run_conv3d's ConvOutputLayout::kAsComputed), which the
+// GroupNorm reads in place, and the TF32 one gets an NDHWC input (our transpose) so that cuDNN
+// does not transpose its output back (0.22 ms at the headline on an H100, 2026-11-22).
 // Elsewhere eager's transposed convolution runs.
 //
 // With TF32 allowed, eager's transposed convolution is not always TF32: cuDNN picks per shape
@@ -53,6 +57,7 @@
 #include "conv/conv_kernels.h"
 
 #include <ATen/Context.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/_convolution.h>
 #include <ATen/ops/conv3d.h>
 #include <ATen/ops/convolution.h>
@@ -126,9 +131,12 @@ std::array<int64_t, 3> forward_padding_of_transposed(const at::Tensor& weight,
 
 at::Tensor transposed_as_forward(const at::Tensor& input, const at::Tensor& weight,
                                  const c10::optional<at::Tensor>& bias, const Conv3dParams& p) {
-  return at::conv3d(input, forward_weight_of_transposed(weight, p.groups), bias,
-                    /*stride=*/{1, 1, 1}, forward_padding_of_transposed(weight, p), p.dilation,
-                    p.groups);
+  // The weight in the input's layout: cuDNN would change it to NDHWC itself for an NDHWC input.
+  return at::conv3d(
+      input,
+      forward_weight_of_transposed(weight, p.groups).contiguous(input.suggest_memory_format()),
+      bias,
+      /*stride=*/{1, 1, 1}, forward_padding_of_transposed(weight, p), p.dilation, p.groups);
 }
 
 // The split-TF32 tensor-core convolution (split_tf32_conv3d.cuh) computing a rewritable
@@ -218,7 +226,7 @@ at::Tensor transposed_as_forward_split_tf32(const at::Tensor& input, const at::T
   params.y = y.mutable_data_ptr<float>();
   run_cuda_kernel("fused::conv_transpose3d_relu_group_norm (split-TF32 convolution)", input, params,
                   split_tf32_conv3d_cuda.forward);
-  return float_cuda_in_format(y, input.suggest_memory_format());
+  return y;  // NDHWC: run_conv3d changes it to the layout its caller wants
 #else
   TORCH_INTERNAL_ASSERT(false, "split-TF32 convolution selected in a build without CUTLASS");
 #endif
@@ -280,8 +288,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_split_tf32_backward(
 // convolution's own weight and padding (split_tf32_input_grad_shape's), the weight gradient as
 // the forward rewrite's. dy comes NDHWC (the GroupNorm backward writes it so:
 // conv3d_backward_reads_channels_last), x is changed to NDHWC by our transpose. Measured on an H100
-// (cuDNN 9.19, TF32; benchmarks/conv_variants.py --backward), ConvTranspose3d 64->128 k3 on
-// (16, 64, 32^3): eager's NCDHW backward takes 4.6 ms: the input gradient 1.24 ms on an sm80
+// (2026-11-22, cuDNN 9.19, TF32; benchmarks/conv_variants.py --backward), ConvTranspose3d 64->128
+// k3 on (16, 64, 32^3): eager's NCDHW backward takes 4.6 ms: the input gradient 1.24 ms on an sm80
 // kernel after 0.23 ms of transposes, the weight gradient 2.47 ms after 0.33 ms of transposes;
 // in NDHWC the input gradient takes 1.15 ms (an sm90 kernel) and the rewrite's weight gradient
 // 1.98 ms (a 128x64 tile where the transposed one's takes 128x128), after one transpose of dy
@@ -425,12 +433,23 @@ ConvPath select_conv_path(const at::Tensor& input, const at::Tensor& weight, con
   return ConvPath::kAten;
 }
 
+bool conv_output_is_channels_last(const at::Tensor& input, const at::Tensor& weight,
+                                  const Conv3dParams& p, ConvConsumer consumer) {
+  if (!input.is_cuda() || input.scalar_type() != at::kFloat) {
+    return false;
+  }
+  const ConvPath path = select_conv_path(input, weight, p, consumer);
+  return path == ConvPath::kTransposedAsForward || path == ConvPath::kTransposedAsForwardSplitTf32;
+}
+
 at::Tensor run_conv3d(const at::Tensor& unaligned_input, const at::Tensor& unaligned_weight,
                       const c10::optional<at::Tensor>& bias, const Conv3dParams& p,
-                      ConvConsumer consumer) {
+                      ConvConsumer consumer, ConvOutputLayout layout) {
   const bool cuda = unaligned_input.is_cuda();
   const at::Tensor input = cuda ? aligned_16(unaligned_input) : unaligned_input;
   const at::Tensor weight = cuda ? aligned_16(unaligned_weight) : unaligned_weight;
+  const bool as_computed = layout == ConvOutputLayout::kAsComputed &&
+                           conv_output_is_channels_last(input, weight, p, consumer);
   at::Tensor output;
   switch (select_conv_path(input, weight, p, consumer)) {
     case ConvPath::kAtenFloat32: {
@@ -443,27 +462,46 @@ at::Tensor run_conv3d(const at::Tensor& unaligned_input, const at::Tensor& unali
       break;
     }
     case ConvPath::kTransposedAsForward:
-      output = transposed_as_forward(input, weight, bias, p);
+      // NDHWC in, NDHWC out when the caller takes it so: cuDNN transposes an NCDHW input
+      // itself (as fast as our transpose) and its output back (which the caller saves).
+      output = transposed_as_forward(
+          as_computed ? aligned_16(float_cuda_in_format(input, at::MemoryFormat::ChannelsLast3d))
+                      : input,
+          weight, bias, p);
       break;
     case ConvPath::kTransposedAsForwardSplitTf32:
-      output = transposed_as_forward_split_tf32(input, weight, bias, p);
+      output = transposed_as_forward_split_tf32(input, weight, bias, p);  // NDHWC
       break;
     case ConvPath::kAten:
       output = at::convolution(input, weight, bias, p.stride, p.padding, p.dilation, p.transposed,
                                p.output_padding, p.groups);
       break;
   }
+  if (as_computed) {
+    return output;  // NDHWC
+  }
   // The layout the Meta kernels promise (backends differ for channels-last inputs).
-  return output.contiguous(input.suggest_memory_format());
+  const auto format = input.suggest_memory_format();
+  return cuda && output.scalar_type() == at::kFloat ? float_cuda_in_format(output, format)
+                                                    : output.contiguous(format);
 }
 
 bool conv3d_backward_reads_channels_last(const at::Tensor& input, const at::Tensor& weight,
                                          const Conv3dParams& p) {
-  if (!p.transposed || !input.is_cuda() || input.scalar_type() != at::kFloat) {
-    return false;
-  }
-  const ConvPath path = select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm);
-  return path == ConvPath::kTransposedAsForward || path == ConvPath::kTransposedAsForwardSplitTf32;
+  return p.transposed &&
+         conv_output_is_channels_last(input, weight, p, ConvConsumer::kReluGroupNorm);
+}
+
+bool autograd_records(const at::Tensor& input, const at::Tensor& weight,
+                      const c10::optional<at::Tensor>& conv_bias,
+                      const c10::optional<at::Tensor>& gn_weight,
+                      const c10::optional<at::Tensor>& gn_bias) {
+  const auto requires_grad = [](const c10::optional<at::Tensor>& t) {
+    return t.has_value() && t->defined() && t->requires_grad();
+  };
+  return at::GradMode::is_enabled() &&
+         (input.requires_grad() || weight.requires_grad() || requires_grad(conv_bias) ||
+          requires_grad(gn_weight) || requires_grad(gn_bias));
 }
 
 at::Tensor empty_conv_output(const at::Tensor& input, c10::SymIntArrayRef shape) {

@@ -47,14 +47,36 @@ Conv3dShape forward_conv3d_shape(const at::Tensor& input, int64_t c_out, const a
 ConvPath select_conv_path(const at::Tensor& input, const at::Tensor& weight,
                           const Conv3dParams& params, ConvConsumer consumer);
 
+// The memory format of run_conv3d's result.
+enum class ConvOutputLayout {
+  kInputLayout,  // the one the input suggests (what the Meta kernels promise)
+  // whichever the path computes fastest: channels_last_3d for the float32 CUDA rewrites of
+  // transposed convolutions (NDHWC kernels), else the input's; for a caller that reads any
+  // layout and does not return or save the result (conv_output_is_channels_last says which)
+  kAsComputed,
+};
+
 // Runs the (transposed or forward) 3-d convolution described by `params`, for `consumer`.
 // Arguments must already have passed check_conv3d_args. The result has the value of
-// torch.nn.functional.conv3d / conv_transpose3d, in the memory format the input suggests
-// (contiguous, or channels_last_3d for a channels-last input); its rounding follows the
-// policy of conv_stage.cpp.
+// torch.nn.functional.conv3d / conv_transpose3d, in the memory format `layout` says; its
+// rounding follows the policy of conv_stage.cpp.
 at::Tensor run_conv3d(const at::Tensor& input, const at::Tensor& weight,
                       const c10::optional<at::Tensor>& bias, const Conv3dParams& params,
-                      ConvConsumer consumer);
+                      ConvConsumer consumer,
+                      ConvOutputLayout layout = ConvOutputLayout::kInputLayout);
+
+// Whether run_conv3d with ConvOutputLayout::kAsComputed returns channels_last_3d for these
+// arguments.
+bool conv_output_is_channels_last(const at::Tensor& input, const at::Tensor& weight,
+                                  const Conv3dParams& params, ConvConsumer consumer);
+
+// Whether autograd records a call of a conv operator with these tensors (grad mode on and one
+// of them requiring grad): the call then runs the operator's internal forward, which saves the
+// conv output, rather than its inference kernel. For the debug queries.
+bool autograd_records(const at::Tensor& input, const at::Tensor& weight,
+                      const c10::optional<at::Tensor>& conv_bias,
+                      const c10::optional<at::Tensor>& gn_weight,
+                      const c10::optional<at::Tensor>& gn_bias);
 
 // The empty tensor run_conv3d returns for an output of `shape` (its dtype, device and memory
 // format), for the Meta kernels.

@@ -61,11 +61,20 @@ std::string conv_transpose3d_relu_group_norm_path(
     const c10::optional<at::Tensor>& gn_bias, double eps) {
   const Conv3dParams params = make_conv3d_params(kName, stride, padding, output_padding, dilation,
                                                  groups, /*transposed=*/true);
-  check_conv_group_norm_args(kName, input, weight, conv_bias, params, num_groups, gn_weight,
-                             gn_bias, eps);
+  const ConvGroupNormShapes shapes = check_conv_group_norm_args(
+      kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
+  // A call that autograd records runs the internal forward (conv output in the input's layout,
+  // saved); otherwise the conv output stays as computed (conv_transpose3d_relu_group_norm).
+  const bool conv_output_channels_last =
+      !autograd_records(input, weight, conv_bias, gn_weight, gn_bias) &&
+      conv_output_is_channels_last(input, weight, params, ConvConsumer::kReluGroupNorm);
+  const at::Tensor conv_output = at::empty_symint(
+      shapes.conv_output, input.options().device(at::kMeta).memory_format(
+                              conv_output_channels_last ? at::MemoryFormat::ChannelsLast3d
+                                                        : input.suggest_memory_format()));
   return std::string(conv_path_name(
              select_conv_path(input, weight, params, ConvConsumer::kReluGroupNorm))) +
-         " -> " + "relu_group_norm";
+         " -> " + norm::relu_group_norm_kernel_name(conv_output, input.device());
 }
 
 at::Tensor conv_transpose3d_relu_group_norm(const at::Tensor& input, const at::Tensor& weight,
@@ -75,9 +84,19 @@ at::Tensor conv_transpose3d_relu_group_norm(const at::Tensor& input, const at::T
                                             at::IntArrayRef dilation, int64_t num_groups,
                                             const c10::optional<at::Tensor>& gn_weight,
                                             const c10::optional<at::Tensor>& gn_bias, double eps) {
-  return std::get<0>(conv_transpose3d_relu_group_norm_forward(
-      input, weight, conv_bias, stride, padding, output_padding, groups, dilation, num_groups,
-      gn_weight, gn_bias, eps));
+  // Below autograd: this kernel runs when no gradient is needed, so the conv output is not
+  // saved and may stay in the layout its convolution computed (NDHWC for the float32 CUDA
+  // rewrites), which the GroupNorm reads in place.
+  const Conv3dParams params = make_conv3d_params(kName, stride, padding, output_padding, dilation,
+                                                 groups, /*transposed=*/true);
+  const ConvGroupNormShapes shapes = check_conv_group_norm_args(
+      kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
+  const at::Tensor conv_output =
+      input.is_meta() ? empty_conv_output(input, shapes.conv_output)
+                      : run_conv3d(input, weight, conv_bias, params, ConvConsumer::kReluGroupNorm,
+                                   ConvOutputLayout::kAsComputed);
+  return std::get<0>(norm::relu_group_norm_forward_prechecked(conv_output, shapes.group_norm,
+                                                              gn_weight, gn_bias, eps));
 }
 
 }  // namespace conv

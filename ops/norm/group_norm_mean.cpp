@@ -20,33 +20,6 @@ constexpr DeviceKernels<GroupNormMeanForwardParams> kForwardKernels{
 constexpr DeviceKernels<GroupNormMeanBackwardParams> kBackwardKernels{
     group_norm_mean_backward_cpu, FUSED_OPS_CUDA_KERNEL(group_norm_mean_backward_cuda)};
 
-// Whether the forward on `device` reads `input` in place as (N, HxW, C): a dense
-// channels-last tensor (and not also contiguous, which the (N, C, HxW) kernels read
-// directly), on the CPU (which reads any channel count), or on CUDA with a channel count the
-// channels-last kernels handle, 16-byte aligned (a Meta tensor, which stands for a fresh
-// allocation in the debug query, counts as aligned).
-bool reads_channels_last(const at::Tensor& input, c10::Device device) {
-  if (input.is_contiguous()) {
-    return false;
-  }
-  const bool dense_channels_last =
-      (input.dim() == 5 && input.is_contiguous(at::MemoryFormat::ChannelsLast3d)) ||
-      (input.dim() == 4 && input.is_contiguous(at::MemoryFormat::ChannelsLast));
-  if (!dense_channels_last) {
-    return false;
-  }
-  if (device.is_cpu()) {
-    return true;
-  }
-#ifdef FUSED_OPS_WITH_CUDA
-  return device.is_cuda() &&
-         group_norm_mean_channels_last_cuda_supported(input.size(1), input.element_size()) &&
-         (input.is_meta() || data_is_16_byte_aligned(input));
-#else
-  return false;
-#endif
-}
-
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> group_norm_mean_forward(
@@ -67,7 +40,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> group_norm_mean_forwa
   if (input.is_meta() || input.numel() == 0) {
     return {out, mean, rstd, channel_mean};
   }
-  const bool channels_last = reads_channels_last(input, input.device());
+  const bool channels_last =
+      reads_channels_last(input, input.device(), /*cpu_kernel_reads_it=*/true);
   const at::Tensor x = channels_last ? input : input.contiguous();
   const at::Tensor w = contiguous_or_undefined(weight);
   const at::Tensor b = contiguous_or_undefined(bias);
@@ -115,7 +89,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_mean_backward(
 }
 
 const char* group_norm_mean_kernel_name(const at::Tensor& input, c10::Device device) {
-  return reads_channels_last(input, device) ? "group_norm_mean_channels_last" : "group_norm_mean";
+  return reads_channels_last(input, device, /*cpu_kernel_reads_it=*/true)
+             ? "group_norm_mean_channels_last"
+             : "group_norm_mean";
 }
 
 std::string group_norm_mean_path(const at::Tensor& input, int64_t num_groups,

@@ -44,8 +44,8 @@
 // Workspace (float headline): forward 144 KB of chunk pairs + 48 KB for row sums (unused
 // here) + 8 KB of group terms; backward 24 KB of (alpha, beta).
 #include "common/cuda/cuda_kernel.cuh"
+#include "norm/channels_last_kernels.h"
 #include "norm/group_norm_math.h"
-#include "norm/group_norm_mean_channels_last.h"
 #include "norm/norm_kernels.h"
 #include "norm/row_kernels.cuh"
 

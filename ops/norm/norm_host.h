@@ -4,6 +4,7 @@
 
 #include "common/checks.h"
 #include "common/tensor_utils.h"
+#include "norm/norm_kernels.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -12,6 +13,34 @@
 
 namespace fused_ops {
 namespace norm {
+
+// Whether a forward on `device` reads `input` in place as (N, HxW, C): a dense channels-last
+// tensor (and not also contiguous, which the (N, C, HxW) kernels read directly), on the CPU
+// where its kernel reads that layout (cpu_kernel_reads_it: group_norm_mean's, any channel
+// count), or on CUDA with a channel count the channels-last kernels handle, 16-byte aligned
+// (a Meta tensor, which stands for a fresh allocation in the debug queries, counts as aligned).
+inline bool reads_channels_last(const at::Tensor& input, c10::Device device,
+                                bool cpu_kernel_reads_it) {
+  if (input.is_contiguous()) {
+    return false;
+  }
+  const bool dense_channels_last =
+      (input.dim() == 5 && input.is_contiguous(at::MemoryFormat::ChannelsLast3d)) ||
+      (input.dim() == 4 && input.is_contiguous(at::MemoryFormat::ChannelsLast));
+  if (!dense_channels_last) {
+    return false;
+  }
+  if (device.is_cpu()) {
+    return cpu_kernel_reads_it;
+  }
+#ifdef FUSED_OPS_WITH_CUDA
+  return device.is_cuda() &&
+         channels_last_norm_cuda_supported(input.size(1), input.element_size()) &&
+         (input.is_meta() || data_is_16_byte_aligned(input));
+#else
+  return false;
+#endif
+}
 
 // What a backward's kernel reads (contiguous) and writes, once its arguments are checked.
 struct NormBackwardTensors {

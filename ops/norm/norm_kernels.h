@@ -19,10 +19,13 @@ namespace fused_ops {
 namespace norm {
 
 // relu_group_norm forward: y = group_norm(relu(x)); mean, rstd: (N, G) statistics of relu(x).
+// With `channels_last` (CUDA kernels only, channel counts of channels_last_norm_cuda_supported),
+// x is stored (N, HxW, C); y is (N, C, HxW) always.
 struct ReluGroupNormForwardParams {
   ScalarKind dtype;
   GroupNormShape sizes;
   double eps;
+  bool channels_last;
   const void* x;
   const void* weight;
   const void* bias;
@@ -52,7 +55,7 @@ struct ReluGroupNormBackwardParams {
 // group_norm_mean forward: out (N) = mean over (c, *) of group_norm(x); mean, rstd: (N, G);
 // channel_mean: (N, C). With `channels_last`, x is stored (N, HxW, C) (channels innermost:
 // channels_last / channels_last_3d), which the CPU kernel reads for any C and the CUDA kernels
-// for the channel counts of group_norm_mean_channels_last_cuda_supported.
+// for the channel counts of channels_last_norm_cuda_supported.
 struct GroupNormMeanForwardParams {
   ScalarKind dtype;
   GroupNormShape sizes;
@@ -94,9 +97,9 @@ extern const CudaKernel<ReluGroupNormBackwardParams> relu_group_norm_backward_cu
 extern const CudaKernel<GroupNormMeanForwardParams> group_norm_mean_forward_cuda;
 extern const CudaKernel<GroupNormMeanBackwardParams> group_norm_mean_backward_cuda;
 
-// Whether the CUDA forward reads a channels-last input of C channels of `element_size`-byte
-// elements in place (group_norm_mean_channels_last_cuda.cu).
-bool group_norm_mean_channels_last_cuda_supported(int64_t channels, int64_t element_size);
+// Whether the CUDA forwards read a channels-last input of C channels of `element_size`-byte
+// elements in place (channels_last_moments.cuh and its users).
+bool channels_last_norm_cuda_supported(int64_t channels, int64_t element_size);
 
 }  // namespace norm
 }  // namespace fused_ops

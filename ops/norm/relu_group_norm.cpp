@@ -37,12 +37,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_prechecke
   if (input.is_meta() || input.numel() == 0) {
     return {y, mean, rstd};
   }
-  const at::Tensor x = input.contiguous();
+  const bool channels_last =
+      reads_channels_last(input, input.device(), /*cpu_kernel_reads_it=*/false);
+  const at::Tensor x = channels_last ? input : input.contiguous();
   const at::Tensor w = contiguous_or_undefined(weight);
   const at::Tensor b = contiguous_or_undefined(bias);
   const ReluGroupNormForwardParams params{scalar_kind(x.scalar_type()),
                                           concrete(s),
                                           eps,
+                                          channels_last,
                                           x.const_data_ptr(),
                                           data_or_null(w),
                                           data_or_null(b),
@@ -91,11 +94,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layou
   return t.grads();
 }
 
+const char* relu_group_norm_kernel_name(const at::Tensor& input, c10::Device device) {
+  return reads_channels_last(input, device, /*cpu_kernel_reads_it=*/false)
+             ? "relu_group_norm_channels_last"
+             : "relu_group_norm";
+}
+
 std::string relu_group_norm_path(const at::Tensor& input, int64_t num_groups,
                                  const c10::optional<at::Tensor>& weight,
                                  const c10::optional<at::Tensor>& bias, double eps) {
   check_group_norm_args(kForwardName, input, num_groups, weight, bias, eps);
-  return "relu_group_norm";
+  return relu_group_norm_kernel_name(input, input.device());
 }
 
 at::Tensor relu_group_norm(const at::Tensor& input, int64_t num_groups,

@@ -3,8 +3,9 @@
 // One host function per direction serves every backend (CPU, CUDA and Meta): argument checks
 // (common/checks.h), allocation of the outputs, the empty-input exit, then the kernel of the
 // input's device (norm_kernels.h: relu_group_norm_cpu.cpp, relu_group_norm_cuda.cu). Inputs
-// are made contiguous (which also covers channels_last and other strided inputs); outputs
-// are contiguous.
+// are made contiguous (which also covers other strided inputs), except that the CUDA forward
+// reads a dense channels-last input in place where its channel count allows
+// (relu_group_norm_channels_last_cuda.cu); outputs are contiguous.
 //
 // Forward returns (output, mean, rstd); mean and rstd have shape (N, G) and dtype
 // stats_dtype(input), and are the statistics of relu(x) that backward needs.
@@ -46,8 +47,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layou
     const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
     std::array<bool, 3> output_mask, bool grad_input_channels_last);
 
-// The path of a call with these arguments ("relu_group_norm": one kernel family for every
-// input), for the debug query fused::_relu_group_norm_path.
+// The forward kernel that reads `input` on `device`: "relu_group_norm", or
+// "relu_group_norm_channels_last" (a channels-last input read in place).
+const char* relu_group_norm_kernel_name(const at::Tensor& input, c10::Device device);
+
+// The path of a call with these arguments (relu_group_norm_kernel_name), for the debug query
+// fused::_relu_group_norm_path.
 std::string relu_group_norm_path(const at::Tensor& input, int64_t num_groups,
                                  const c10::optional<at::Tensor>& weight,
                                  const c10::optional<at::Tensor>& bias, double eps);

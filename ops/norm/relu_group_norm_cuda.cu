@@ -42,6 +42,7 @@
 // Workspace (float headline): forward 157,696 B of chunk pairs + 24 KB of center/scale/shift;
 // backward 160 KB of chunk pairs + 32 KB of row sums + 24 KB of coefficients.
 #include "common/cuda/cuda_kernel.cuh"
+#include "norm/channels_last_kernels.h"
 #include "norm/group_norm_math.h"
 #include "norm/norm_kernels.h"
 #include "norm/row_kernels.cuh"
@@ -105,8 +106,8 @@ struct ReluBackwardInputOp {
 // One 256-thread block per tile of 32 channels x 64 positions of one sample. A warp computes
 // rows (channels) of the tile, each lane 2 positions of 4 rows: its 16 loads of x and dy are
 // issued before any arithmetic (a first version that loaded and computed one element at a time,
-// 32 x 32 tiles, took 0.46 ms at the headline size on an H100, where moving the bytes takes
-// 0.32 ms). The values go through a padded shared tile (no bank conflicts) and are written
+// 32 x 32 tiles, took 0.46 ms at the headline size on an H100 (2026-11-22), where moving the bytes
+// takes 0.32 ms). The values go through a padded shared tile (no bank conflicts) and are written
 // position by position, coalesced along c, as in the batched transpose (transpose_cuda.cu).
 constexpr int kLayoutChannels = 32;                                   // channels per tile
 constexpr int kLayoutLanePositions = 2;                               // positions per lane
@@ -402,13 +403,17 @@ cudaError_t launch_backward(const norm::ReluGroupNormBackwardParams& p, void* wo
 template <typename T>
 struct ForwardFamily {
   static size_t workspace_bytes(const norm::ReluGroupNormForwardParams& p) {
+    if (p.channels_last) {
+      return norm::relu_group_norm_channels_last_workspace_bytes(p);
+    }
     return forward_workspace<T, typename ScalarOps<T>::acc_t>(nullptr, p.sizes.N, p.sizes.C,
                                                               p.sizes.G, p.sizes.HxW)
         .bytes;
   }
   static cudaError_t launch(const norm::ReluGroupNormForwardParams& p, void* workspace,
                             cudaStream_t stream) {
-    return launch_forward<T>(p, workspace, stream);
+    return p.channels_last ? norm::launch_relu_group_norm_channels_last(p, workspace, stream)
+                           : launch_forward<T>(p, workspace, stream);
   }
 };
 

@@ -1,0 +1,149 @@
+// The first pass of the channels-last CUDA GroupNorm forwards
+// (group_norm_mean_channels_last_cuda.cu, relu_group_norm_channels_last_cuda.cu): per-(sample,
+// chunk, channel) shifted moments of x stored (N, spatial, C), channels innermost (what cuDNN's
+// NDHWC convolutions write).
+//
+// channels_last_partial_moments_kernel: grid = N * chunks blocks, one per (sample, chunk); a
+// chunk is a contiguous run of `vectors_per_block` 16-byte vectors (V = 16 / sizeof(scalar_t)
+// elements each). Thread t reads vectors t, t + B, ..., t + 7B of its chunk (coalesced 16-byte
+// loads, all eight issued before the first use). B and vectors_per_block are multiples of
+// period = C / V, so every vector a thread reads holds the same V channels,
+// (t % period) * V ... + V - 1: each thread keeps V running (sum, sum of squares) pairs in
+// double of d = v - shift[c], v = x (relu(x) with kRelu) and shift[c] the channel's v at the
+// sample's first position (shifted sums: no E[x^2] - mean^2 cancellation, as in every other
+// kernel), with no per-element index arithmetic. The block then sums, per channel, the pairs
+// of the B / period threads that hold it, in a fixed order, through shared memory, and writes
+// one pair per (sample, chunk, channel) to the workspace: no atomics, bitwise reproducible.
+// nvcc-only header.
+#pragma once
+
+#include "common/cuda/launch_utils.cuh"
+#include "common/cuda/scalar_ops.cuh"
+#include "common/host_device.h"
+#include "common/kernel_types.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace fused_ops {
+namespace gpu {
+namespace channels_last {
+
+constexpr int kVectorBytes = 16;
+constexpr int kVectorsPerThread = 8;   // vectors each thread reads per chunk
+constexpr int kTargetThreads = 256;    // block size is the multiple of `period` nearest this
+constexpr int kFinalizeThreads = 256;  // a power of two (tree reduction)
+
+struct MeanRstd {
+  double mean;
+  double rstd;
+};
+
+// v = x, or relu(x) (NaN kept) with kRelu; exact in double.
+template <bool kRelu>
+__device__ __forceinline__ double value_of(double x) {
+  return kRelu ? relu_keep_nan(x) : x;
+}
+
+template <typename scalar_t, bool kRelu>
+__global__ void channels_last_partial_moments_kernel(const scalar_t* __restrict__ x,
+                                                     int64_t vectors_per_sample,
+                                                     int64_t chunks_per_sample,
+                                                     int64_t vectors_per_block, int channels,
+                                                     int period, double2* __restrict__ partial) {
+  constexpr int V = kVectorBytes / sizeof(scalar_t);
+  extern __shared__ double2 thread_moments[];  // [blockDim.x][V]
+  const int64_t n = blockIdx.x / chunks_per_sample;
+  const int64_t chunk = blockIdx.x % chunks_per_sample;
+  const uint4* sample = reinterpret_cast<const uint4*>(x) + n * vectors_per_sample;
+  const int64_t begin = chunk * vectors_per_block;
+  const int64_t end =
+      min(begin + vectors_per_block, vectors_per_sample);  // vectors_per_block = 8 B
+
+  // All loads first, so that kVectorsPerThread of them are in flight.
+  uint4 raw[kVectorsPerThread];
+#pragma unroll
+  for (int k = 0; k < kVectorsPerThread; ++k) {
+    const int64_t v = begin + threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+    raw[k] = v < end ? __ldg(sample + v) : make_uint4(0u, 0u, 0u, 0u);
+  }
+  // The shifts of this thread's V channels: their values at the sample's first position,
+  // which is the sample's vector t % period.
+  const uint4 shift_raw = __ldg(sample + threadIdx.x % period);
+  const scalar_t* shift_lanes = reinterpret_cast<const scalar_t*>(&shift_raw);
+  double shift[V];
+  double sum[V];
+  double sum_sq[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    shift[j] = value_of<kRelu>(ScalarOps<scalar_t>::to_double(shift_lanes[j]));
+    sum[j] = 0.0;
+    sum_sq[j] = 0.0;
+  }
+#pragma unroll
+  for (int k = 0; k < kVectorsPerThread; ++k) {
+    if (begin + threadIdx.x + static_cast<int64_t>(k) * blockDim.x < end) {
+      const scalar_t* lanes = reinterpret_cast<const scalar_t*>(&raw[k]);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const double d = value_of<kRelu>(ScalarOps<scalar_t>::to_double(lanes[j])) - shift[j];
+        sum[j] += d;
+        sum_sq[j] = fma(d, d, sum_sq[j]);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    thread_moments[threadIdx.x * V + j] = make_double2(sum[j], sum_sq[j]);
+  }
+  __syncthreads();
+
+  // Channel c is held by the threads t with t % period == c / V, in lane c % V.
+  for (int c = threadIdx.x; c < channels; c += blockDim.x) {
+    const int owner = c / V;
+    const int lane = c % V;
+    double s = 0.0;
+    double q = 0.0;
+    for (int t = owner; t < static_cast<int>(blockDim.x); t += period) {
+      const double2 m = thread_moments[t * V + lane];
+      s += m.x;
+      q += m.y;
+    }
+    partial[(n * chunks_per_sample + chunk) * channels + c] = make_double2(s, q);
+  }
+}
+
+struct Plan {
+  int vector_width;  // elements per 16-byte vector
+  int period;        // C / vector_width: threads per distinct set of channels
+  int threads;       // block size of pass 1, a multiple of period
+  int64_t vectors_per_sample;
+  int64_t vectors_per_block;
+  int64_t chunks_per_sample;
+};
+
+inline Plan make_plan(int64_t C, int64_t spatial, int64_t element_size) {
+  Plan p;
+  p.vector_width = static_cast<int>(kVectorBytes / element_size);
+  p.period = static_cast<int>(C / p.vector_width);
+  p.threads = std::max(1, kTargetThreads / p.period) * p.period;
+  p.vectors_per_sample = spatial * C / p.vector_width;
+  p.vectors_per_block = static_cast<int64_t>(p.threads) * kVectorsPerThread;
+  p.chunks_per_sample = (p.vectors_per_sample + p.vectors_per_block - 1) / p.vectors_per_block;
+  return p;
+}
+
+inline int64_t element_size(ScalarKind kind) {
+  switch (kind) {
+    case ScalarKind::kDouble:
+      return 8;
+    case ScalarKind::kFloat:
+      return 4;
+    default:
+      return 2;
+  }
+}
+
+}  // namespace channels_last
+}  // namespace gpu
+}  // namespace fused_ops

@@ -1,0 +1,220 @@
+// relu_group_norm forward on a channels-last input: y = group_norm(relu(x)) with x stored
+// (N, spatial, C), channels innermost (what cuDNN's NDHWC convolutions and our split-TF32
+// convolution write), and y written (N, C, spatial), the layout of the operator's output. In a
+// conv operator this replaces a transpose of the whole conv output (0.22 ms of cuDNN's
+// nhwcToNchw kernel at the ConvTranspose3d headline on an H100, 2026-11-22) by reading it as
+// it lies.
+//
+// 1. channels_last_partial_moments_kernel<kRelu = true> (channels_last_moments.cuh): per
+//    (sample, chunk, channel) shifted sums of relu(x), in double.
+// 2. relu_channels_last_stats_kernel: one block per sample adds each channel's chunk pairs in
+//    order into its moments, combines each group's channels (group_norm_math.h: Chan et al.)
+//    into mean and rstd (saved), and writes each channel's (center, scale, shift)
+//    (centered_affine, as the (N, C, spatial) kernels do).
+// 3. relu_affine_to_channels_first_kernel: one 256-thread block per tile of 32 channels x 64
+//    positions of a sample; each warp reads 8 positions' 32 channels (coalesced along c, all
+//    loads issued first), computes (relu(x) - center) * scale + shift, and the tile goes
+//    through padded shared memory (no bank conflicts) to be written channel by channel,
+//    coalesced along the positions.
+//
+// No atomics: every sum has a fixed order; results are bitwise reproducible. The statistics'
+// order differs from the (N, C, spatial) kernels' (per channel, then per group), so the two
+// layouts agree to rounding, not bitwise.
+#include "common/cuda/launch_utils.cuh"
+#include "common/cuda/scalar_ops.cuh"
+#include "norm/channels_last_kernels.h"
+#include "norm/channels_last_moments.cuh"
+#include "norm/group_norm_math.h"
+
+namespace fused_ops {
+namespace gpu {
+namespace {
+
+using namespace channels_last;
+
+template <typename scalar_t, typename acc_t>
+__global__ void __launch_bounds__(kFinalizeThreads)
+    relu_channels_last_stats_kernel(const scalar_t* __restrict__ x,
+                                    const double2* __restrict__ partial, int64_t chunks_per_sample,
+                                    int channels, int groups, int64_t spatial,
+                                    const scalar_t* __restrict__ weight,
+                                    const scalar_t* __restrict__ bias, double eps,
+                                    acc_t* __restrict__ mean, acc_t* __restrict__ rstd,
+                                    norm::CenteredAffine<acc_t>* __restrict__ affine) {
+  extern __shared__ double2 stats_smem[];
+  auto* channel_moments = reinterpret_cast<norm::Moments*>(stats_smem);         // [channels]
+  auto* group_stats = reinterpret_cast<MeanRstd*>(channel_moments + channels);  // [groups]
+  const int64_t n = blockIdx.x;
+  const double count = static_cast<double>(spatial);
+
+  for (int c = threadIdx.x; c < channels; c += blockDim.x) {
+    double s = 0.0;
+    double q = 0.0;
+    const double2* p = partial + n * chunks_per_sample * channels + c;
+    for (int64_t k = 0; k < chunks_per_sample; ++k) {
+      const double2 m = p[k * channels];
+      s += m.x;
+      q += m.y;
+    }
+    // The shift pass 1 took: relu of the channel's value at the sample's first position.
+    const double shift =
+        relu_keep_nan(ScalarOps<scalar_t>::to_double(x[n * spatial * channels + c]));
+    channel_moments[c] = norm::moments_from_shifted_sums(shift, s, q, count);
+  }
+  __syncthreads();
+
+  const int channels_per_group = channels / groups;
+  for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+    const norm::Moments m = norm::combine_equal_parts(&channel_moments[g * channels_per_group],
+                                                      channels_per_group, count);
+    const double rs = norm::rstd_from_m2(m.m2, count * channels_per_group, eps);
+    mean[n * groups + g] = static_cast<acc_t>(m.mean);
+    rstd[n * groups + g] = static_cast<acc_t>(rs);
+    group_stats[g] = MeanRstd{m.mean, rs};
+  }
+  __syncthreads();
+
+  for (int c = threadIdx.x; c < channels; c += blockDim.x) {
+    const MeanRstd gs = group_stats[c / channels_per_group];
+    const double w = weight != nullptr ? ScalarOps<scalar_t>::to_double(weight[c]) : 1.0;
+    const double b = bias != nullptr ? ScalarOps<scalar_t>::to_double(bias[c]) : 0.0;
+    affine[n * channels + c] = norm::centered_affine<acc_t>(gs.mean, gs.rstd, w, b);
+  }
+}
+
+constexpr int kTileChannels = kWarpSize;                    // one per lane
+constexpr int kTilePositions = 64;                          // per block
+constexpr int kWarps = kThreads / kWarpSize;                // 8
+constexpr int kPositionsPerWarp = kTilePositions / kWarps;  // 8 loads per thread
+constexpr int kChannelsPerWarp = kTileChannels / kWarps;    // 4 rows written per warp
+constexpr int kLanePositions = kTilePositions / kWarpSize;  // 2 positions per lane
+
+template <typename scalar_t, typename acc_t>
+__global__ void __launch_bounds__(kThreads)
+    relu_affine_to_channels_first_kernel(const scalar_t* __restrict__ x,
+                                         const norm::CenteredAffine<acc_t>* __restrict__ affine,
+                                         scalar_t* __restrict__ y, int64_t C, int64_t spatial,
+                                         int64_t channel_tiles, int64_t position_tiles) {
+  __shared__ acc_t tile[kTileChannels][kTilePositions + 1];
+  int64_t block = blockIdx.x;
+  const int64_t s0 = block % position_tiles * kTilePositions;
+  block /= position_tiles;
+  const int64_t c0 = block % channel_tiles * kTileChannels;
+  const int64_t n = block / channel_tiles;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+
+  const int64_t c = c0 + lane;
+  const bool channel_inside = c < C;
+  acc_t xs[kPositionsPerWarp];
+#pragma unroll
+  for (int k = 0; k < kPositionsPerWarp; ++k) {
+    const int64_t s = s0 + warp + k * kWarps;
+    xs[k] = channel_inside && s < spatial
+                ? ScalarOps<scalar_t>::to_acc(x[(n * spatial + s) * C + c])
+                : acc_t(0);
+  }
+  if (channel_inside) {
+    const norm::CenteredAffine<acc_t> a = affine[n * C + c];
+#pragma unroll
+    for (int k = 0; k < kPositionsPerWarp; ++k) {
+      tile[lane][warp + k * kWarps] = (relu_keep_nan(xs[k]) - a.center) * a.scale + a.shift;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kChannelsPerWarp; ++k) {
+    const int r = warp + k * kWarps;
+    const int64_t row = c0 + r;
+    if (row < C) {
+#pragma unroll
+      for (int j = 0; j < kLanePositions; ++j) {
+        const int64_t s = s0 + lane + j * kWarpSize;
+        if (s < spatial) {
+          y[(n * C + row) * spatial + s] =
+              ScalarOps<scalar_t>::from_acc(tile[r][lane + j * kWarpSize]);
+        }
+      }
+    }
+  }
+}
+
+// Workspace: the partial pairs, then the per-(n, c) affine.
+template <typename acc_t>
+struct Workspace {
+  double2* partial;
+  norm::CenteredAffine<acc_t>* affine;
+  size_t bytes;
+};
+
+template <typename acc_t>
+Workspace<acc_t> workspace_of(void* base, const Plan& plan, int64_t N, int64_t C) {
+  Workspace<acc_t> ws{};
+  const size_t partial_bytes =
+      static_cast<size_t>(N * plan.chunks_per_sample * C) * sizeof(double2);
+  const size_t affine_offset = partial_bytes;  // a multiple of 16: aligned for the affine
+  ws.bytes = affine_offset + static_cast<size_t>(N * C) * sizeof(norm::CenteredAffine<acc_t>);
+  if (base != nullptr) {
+    ws.partial = static_cast<double2*>(base);
+    ws.affine =
+        reinterpret_cast<norm::CenteredAffine<acc_t>*>(static_cast<char*>(base) + affine_offset);
+  }
+  return ws;
+}
+
+template <typename scalar_t>
+cudaError_t launch(const norm::ReluGroupNormForwardParams& p, void* workspace,
+                   cudaStream_t stream) {
+  using acc_t = typename ScalarOps<scalar_t>::acc_t;
+  const int64_t N = p.sizes.N, C = p.sizes.C, G = p.sizes.G, spatial = p.sizes.HxW;
+  const auto* x = static_cast<const scalar_t*>(p.x);
+  const Plan plan = make_plan(C, spatial, sizeof(scalar_t));
+  const Workspace<acc_t> ws = workspace_of<acc_t>(workspace, plan, N, C);
+  const int64_t channel_tiles = ceil_div(C, kTileChannels);
+  const int64_t position_tiles = ceil_div(spatial, kTilePositions);
+  const int64_t map_blocks = N * channel_tiles * position_tiles;
+  if (!grid_fits(N * plan.chunks_per_sample) || !grid_fits(N) || !grid_fits(map_blocks)) {
+    return cudaErrorInvalidConfiguration;
+  }
+  const size_t pass1_smem = static_cast<size_t>(plan.threads) * plan.vector_width * sizeof(double2);
+  channels_last_partial_moments_kernel<scalar_t, /*kRelu=*/true>
+      <<<static_cast<unsigned>(N * plan.chunks_per_sample), plan.threads, pass1_smem, stream>>>(
+          x, plan.vectors_per_sample, plan.chunks_per_sample, plan.vectors_per_block,
+          static_cast<int>(C), plan.period, ws.partial);
+  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+  const size_t pass2_smem =
+      static_cast<size_t>(C) * sizeof(norm::Moments) + static_cast<size_t>(G) * sizeof(MeanRstd);
+  relu_channels_last_stats_kernel<scalar_t, acc_t>
+      <<<static_cast<unsigned>(N), kFinalizeThreads, pass2_smem, stream>>>(
+          x, ws.partial, plan.chunks_per_sample, static_cast<int>(C), static_cast<int>(G), spatial,
+          static_cast<const scalar_t*>(p.weight), static_cast<const scalar_t*>(p.bias), p.eps,
+          static_cast<acc_t*>(p.mean), static_cast<acc_t*>(p.rstd), ws.affine);
+  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+  relu_affine_to_channels_first_kernel<scalar_t, acc_t>
+      <<<static_cast<unsigned>(map_blocks), kThreads, 0, stream>>>(
+          x, ws.affine, static_cast<scalar_t*>(p.y), C, spatial, channel_tiles, position_tiles);
+  return cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace gpu
+
+namespace norm {
+
+size_t relu_group_norm_channels_last_workspace_bytes(const ReluGroupNormForwardParams& p) {
+  const gpu::channels_last::Plan plan = gpu::channels_last::make_plan(
+      p.sizes.C, p.sizes.HxW, gpu::channels_last::element_size(p.dtype));
+  return gpu::dispatch_cuda_scalar(p.dtype, [&](auto tag) {
+    using acc_t = typename gpu::ScalarOps<decltype(tag)>::acc_t;
+    return gpu::workspace_of<acc_t>(nullptr, plan, p.sizes.N, p.sizes.C).bytes;
+  });
+}
+
+cudaError_t launch_relu_group_norm_channels_last(const ReluGroupNormForwardParams& p,
+                                                 void* workspace, cudaStream_t stream) {
+  return gpu::dispatch_cuda_scalar(
+      p.dtype, [&](auto tag) { return gpu::launch<decltype(tag)>(p, workspace, stream); });
+}
+
+}  // namespace norm
+}  // namespace fused_ops
