@@ -4,12 +4,11 @@
 // The statistics GroupNorm + mean needs are per-(n, c) moments. In this layout a sample is
 // one flat array of spatial * C elements in which the channel of element i is i % C, so:
 //
-// Pass 1, channels_last_partial_moments_kernel (channels_last_moments.cuh): per (sample, chunk
-//   of positions, channel) shifted sums (sum, sum of squares) in double, to the workspace.
-// Pass 2, channels_last_finalize_kernel: one block per sample sums its chunks' pairs in
-//   order into per-channel moments, combines each group's channels (group_norm_math.h:
-//   Chan et al.) into mean and rstd, and writes out[n] = (1/C) sum_c (w_c rstd_g (m_c -
-//   mean_g) + b_c).
+// Pass 1, channels_last_partial_moments_kernel and channels_last_channel_moments_kernel
+//   (channels_last_moments.cuh): per (sample, channel) moments, from shifted sums in double.
+// Pass 2, channels_last_finalize_kernel: one block per sample combines each group's channel
+//   moments (group_norm_math.h: Chan et al.) into mean and rstd, and writes
+//   out[n] = (1/C) sum_c (w_c rstd_g (m_c - mean_g) + b_c).
 //
 // No atomics: results are bitwise reproducible. The normalised tensor is never written.
 #include "common/cuda/launch_utils.cuh"
@@ -27,37 +26,27 @@ namespace {
 using namespace channels_last;
 
 template <typename scalar_t, typename stat_t>
-__global__ void channels_last_finalize_kernel(
-    const scalar_t* __restrict__ x, const double2* __restrict__ partial, int64_t chunks_per_sample,
-    int channels, int groups, int64_t spatial, const scalar_t* __restrict__ weight,
-    const scalar_t* __restrict__ bias, double eps, scalar_t* __restrict__ out,
-    stat_t* __restrict__ mean, stat_t* __restrict__ rstd, stat_t* __restrict__ channel_mean) {
+__global__ void channels_last_finalize_kernel(const norm::Moments* __restrict__ channel_moments,
+                                              int channels, int groups, int64_t spatial,
+                                              const scalar_t* __restrict__ weight,
+                                              const scalar_t* __restrict__ bias, double eps,
+                                              scalar_t* __restrict__ out, stat_t* __restrict__ mean,
+                                              stat_t* __restrict__ rstd,
+                                              stat_t* __restrict__ channel_mean) {
   extern __shared__ double2 finalize_smem[];
-  auto* channel_moments = reinterpret_cast<norm::Moments*>(finalize_smem);      // [channels]
-  auto* group_stats = reinterpret_cast<MeanRstd*>(channel_moments + channels);  // [groups]
-  double* reduce = reinterpret_cast<double*>(group_stats + groups);             // [blockDim.x]
+  auto* group_stats = reinterpret_cast<MeanRstd*>(finalize_smem);    // [groups]
+  double* reduce = reinterpret_cast<double*>(group_stats + groups);  // [blockDim.x]
   const int64_t n = blockIdx.x;
   const double count = static_cast<double>(spatial);
-
+  const norm::Moments* moments = channel_moments + n * channels;
   for (int c = threadIdx.x; c < channels; c += blockDim.x) {
-    double s = 0.0;
-    double q = 0.0;
-    const double2* p = partial + n * chunks_per_sample * channels + c;
-    for (int64_t k = 0; k < chunks_per_sample; ++k) {
-      const double2 m = p[k * channels];
-      s += m.x;
-      q += m.y;
-    }
-    const double shift = ScalarOps<scalar_t>::to_double(x[n * spatial * channels + c]);
-    channel_moments[c] = norm::moments_from_shifted_sums(shift, s, q, count);
-    channel_mean[n * channels + c] = static_cast<stat_t>(channel_moments[c].mean);
+    channel_mean[n * channels + c] = static_cast<stat_t>(moments[c].mean);
   }
-  __syncthreads();
 
   const int channels_per_group = channels / groups;
   for (int g = threadIdx.x; g < groups; g += blockDim.x) {
-    const norm::Moments m = norm::combine_equal_parts(&channel_moments[g * channels_per_group],
-                                                      channels_per_group, count);
+    const norm::Moments m =
+        norm::combine_equal_parts(&moments[g * channels_per_group], channels_per_group, count);
     const double rs = norm::rstd_from_m2(m.m2, count * channels_per_group, eps);
     mean[n * groups + g] = static_cast<stat_t>(m.mean);
     rstd[n * groups + g] = static_cast<stat_t>(rs);
@@ -70,7 +59,7 @@ __global__ void channels_last_finalize_kernel(
     const MeanRstd gs = group_stats[c / channels_per_group];
     const double w = weight ? ScalarOps<scalar_t>::to_double(weight[c]) : 1.0;
     const double b = bias ? ScalarOps<scalar_t>::to_double(bias[c]) : 0.0;
-    total += norm::group_norm_mean_channel_term(channel_moments[c].mean - gs.mean, gs.rstd, w, b);
+    total += norm::group_norm_mean_channel_term(moments[c].mean - gs.mean, gs.rstd, w, b);
   }
   reduce[threadIdx.x] = total;
   __syncthreads();
@@ -93,21 +82,18 @@ cudaError_t launch(const norm::GroupNormMeanForwardParams& p, void* workspace,
   const auto* x = static_cast<const scalar_t*>(p.x);
   const Plan plan = make_plan(C, spatial, sizeof(scalar_t));
   double2* partial = static_cast<double2*>(workspace);
-  if (!grid_fits(N * plan.chunks_per_sample) || !grid_fits(N)) {
+  auto* moments =
+      reinterpret_cast<norm::Moments*>(static_cast<char*>(workspace) + plan.partial_bytes(N, C));
+  if (!grid_fits(N)) {
     return cudaErrorInvalidConfiguration;
   }
-  const size_t pass1_smem = static_cast<size_t>(plan.threads) * plan.vector_width * sizeof(double2);
-  channels_last_partial_moments_kernel<scalar_t, /*kRelu=*/false>
-      <<<static_cast<unsigned>(N * plan.chunks_per_sample), plan.threads, pass1_smem, stream>>>(
-          x, plan.vectors_per_sample, plan.chunks_per_sample, plan.vectors_per_block,
-          static_cast<int>(C), plan.period, partial);
-  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-  const size_t pass2_smem = static_cast<size_t>(C) * sizeof(norm::Moments) +
-                            static_cast<size_t>(G) * sizeof(MeanRstd) +
-                            kFinalizeThreads * sizeof(double);
+  FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_channel_moments<scalar_t, /*kRelu=*/false>(
+      x, N, C, spatial, plan, partial, moments, stream)));
+  const size_t pass2_smem =
+      static_cast<size_t>(G) * sizeof(MeanRstd) + kFinalizeThreads * sizeof(double);
   channels_last_finalize_kernel<scalar_t, stat_t>
       <<<static_cast<unsigned>(N), kFinalizeThreads, pass2_smem, stream>>>(
-          x, partial, plan.chunks_per_sample, static_cast<int>(C), static_cast<int>(G), spatial,
+          moments, static_cast<int>(C), static_cast<int>(G), spatial,
           static_cast<const scalar_t*>(p.weight), static_cast<const scalar_t*>(p.bias), p.eps,
           static_cast<scalar_t*>(p.out), static_cast<stat_t*>(p.mean), static_cast<stat_t*>(p.rstd),
           static_cast<stat_t*>(p.channel_mean));
@@ -120,8 +106,8 @@ cudaError_t launch(const norm::GroupNormMeanForwardParams& p, void* workspace,
 namespace norm {
 
 bool channels_last_norm_cuda_supported(int64_t channels, int64_t element_size) {
-  // Up to 2048 channels the shared memory of both passes stays under the default 48 KB (both
-  // operators' second passes hold per-channel moments and per-group statistics).
+  // Up to 2048 channels pass 1's shared memory (a block of up to 256 threads, each with the
+  // pairs of 16 bytes' channels) stays under the default 48 KB.
   const int64_t width = gpu::channels_last::kVectorBytes / element_size;
   return channels % width == 0 && channels <= 2048;
 }
@@ -129,7 +115,8 @@ bool channels_last_norm_cuda_supported(int64_t channels, int64_t element_size) {
 size_t group_norm_mean_channels_last_workspace_bytes(const GroupNormMeanForwardParams& p) {
   const gpu::channels_last::Plan plan = gpu::channels_last::make_plan(
       p.sizes.C, p.sizes.HxW, gpu::channels_last::element_size(p.dtype));
-  return static_cast<size_t>(p.sizes.N * plan.chunks_per_sample * p.sizes.C) * sizeof(double2);
+  return plan.partial_bytes(p.sizes.N, p.sizes.C) +
+         static_cast<size_t>(p.sizes.N * p.sizes.C) * sizeof(norm::Moments);
 }
 
 cudaError_t launch_group_norm_mean_channels_last(const GroupNormMeanForwardParams& p,

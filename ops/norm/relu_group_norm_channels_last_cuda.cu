@@ -5,12 +5,12 @@
 // nhwcToNchw kernel at the ConvTranspose3d headline on an H100, 2026-11-22) by reading it as
 // it lies.
 //
-// 1. channels_last_partial_moments_kernel<kRelu = true> (channels_last_moments.cuh): per
-//    (sample, chunk, channel) shifted sums of relu(x), in double.
-// 2. relu_channels_last_stats_kernel: one block per sample adds each channel's chunk pairs in
-//    order into its moments, combines each group's channels (group_norm_math.h: Chan et al.)
-//    into mean and rstd (saved), and writes each channel's (center, scale, shift)
-//    (centered_affine, as the (N, C, spatial) kernels do).
+// 1. channels_last_partial_moments_kernel and channels_last_channel_moments_kernel, kRelu
+//    (channels_last_moments.cuh): per (sample, channel) moments of relu(x), from shifted sums
+//    in double.
+// 2. relu_channels_last_stats_kernel: one block per sample combines each group's channel
+//    moments (group_norm_math.h: Chan et al.) into mean and rstd (saved), and writes each
+//    channel's (center, scale, shift) (centered_affine, as the (N, C, spatial) kernels do).
 // 3. relu_affine_to_channels_first_kernel: one 256-thread block per tile of 32 channels x 64
 //    positions of a sample; each warp reads 8 positions' 32 channels (coalesced along c, all
 //    loads issued first), computes (relu(x) - center) * scale + shift, and the tile goes
@@ -34,39 +34,20 @@ using namespace channels_last;
 
 template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kFinalizeThreads)
-    relu_channels_last_stats_kernel(const scalar_t* __restrict__ x,
-                                    const double2* __restrict__ partial, int64_t chunks_per_sample,
-                                    int channels, int groups, int64_t spatial,
+    relu_channels_last_stats_kernel(const norm::Moments* __restrict__ channel_moments, int channels,
+                                    int groups, int64_t spatial,
                                     const scalar_t* __restrict__ weight,
                                     const scalar_t* __restrict__ bias, double eps,
                                     acc_t* __restrict__ mean, acc_t* __restrict__ rstd,
                                     norm::CenteredAffine<acc_t>* __restrict__ affine) {
   extern __shared__ double2 stats_smem[];
-  auto* channel_moments = reinterpret_cast<norm::Moments*>(stats_smem);         // [channels]
-  auto* group_stats = reinterpret_cast<MeanRstd*>(channel_moments + channels);  // [groups]
+  auto* group_stats = reinterpret_cast<MeanRstd*>(stats_smem);  // [groups]
   const int64_t n = blockIdx.x;
   const double count = static_cast<double>(spatial);
-
-  for (int c = threadIdx.x; c < channels; c += blockDim.x) {
-    double s = 0.0;
-    double q = 0.0;
-    const double2* p = partial + n * chunks_per_sample * channels + c;
-    for (int64_t k = 0; k < chunks_per_sample; ++k) {
-      const double2 m = p[k * channels];
-      s += m.x;
-      q += m.y;
-    }
-    // The shift pass 1 took: relu of the channel's value at the sample's first position.
-    const double shift =
-        relu_keep_nan(ScalarOps<scalar_t>::to_double(x[n * spatial * channels + c]));
-    channel_moments[c] = norm::moments_from_shifted_sums(shift, s, q, count);
-  }
-  __syncthreads();
-
   const int channels_per_group = channels / groups;
   for (int g = threadIdx.x; g < groups; g += blockDim.x) {
-    const norm::Moments m = norm::combine_equal_parts(&channel_moments[g * channels_per_group],
-                                                      channels_per_group, count);
+    const norm::Moments m = norm::combine_equal_parts(
+        &channel_moments[n * channels + g * channels_per_group], channels_per_group, count);
     const double rs = norm::rstd_from_m2(m.m2, count * channels_per_group, eps);
     mean[n * groups + g] = static_cast<acc_t>(m.mean);
     rstd[n * groups + g] = static_cast<acc_t>(rs);
@@ -139,10 +120,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Workspace: the partial pairs, then the per-(n, c) affine.
+// Workspace: the partial pairs, the per-(n, c) moments, then the per-(n, c) affine (each
+// size a multiple of 16 bytes: every part aligned).
 template <typename acc_t>
 struct Workspace {
   double2* partial;
+  norm::Moments* moments;
   norm::CenteredAffine<acc_t>* affine;
   size_t bytes;
 };
@@ -150,14 +133,14 @@ struct Workspace {
 template <typename acc_t>
 Workspace<acc_t> workspace_of(void* base, const Plan& plan, int64_t N, int64_t C) {
   Workspace<acc_t> ws{};
-  const size_t partial_bytes =
-      static_cast<size_t>(N * plan.chunks_per_sample * C) * sizeof(double2);
-  const size_t affine_offset = partial_bytes;  // a multiple of 16: aligned for the affine
+  const size_t moments_offset = plan.partial_bytes(N, C);
+  const size_t affine_offset = moments_offset + static_cast<size_t>(N * C) * sizeof(norm::Moments);
   ws.bytes = affine_offset + static_cast<size_t>(N * C) * sizeof(norm::CenteredAffine<acc_t>);
   if (base != nullptr) {
-    ws.partial = static_cast<double2*>(base);
-    ws.affine =
-        reinterpret_cast<norm::CenteredAffine<acc_t>*>(static_cast<char*>(base) + affine_offset);
+    char* bytes = static_cast<char*>(base);
+    ws.partial = reinterpret_cast<double2*>(bytes);
+    ws.moments = reinterpret_cast<norm::Moments*>(bytes + moments_offset);
+    ws.affine = reinterpret_cast<norm::CenteredAffine<acc_t>*>(bytes + affine_offset);
   }
   return ws;
 }
@@ -173,20 +156,15 @@ cudaError_t launch(const norm::ReluGroupNormForwardParams& p, void* workspace,
   const int64_t channel_tiles = ceil_div(C, kTileChannels);
   const int64_t position_tiles = ceil_div(spatial, kTilePositions);
   const int64_t map_blocks = N * channel_tiles * position_tiles;
-  if (!grid_fits(N * plan.chunks_per_sample) || !grid_fits(N) || !grid_fits(map_blocks)) {
+  if (!grid_fits(N) || !grid_fits(map_blocks)) {
     return cudaErrorInvalidConfiguration;
   }
-  const size_t pass1_smem = static_cast<size_t>(plan.threads) * plan.vector_width * sizeof(double2);
-  channels_last_partial_moments_kernel<scalar_t, /*kRelu=*/true>
-      <<<static_cast<unsigned>(N * plan.chunks_per_sample), plan.threads, pass1_smem, stream>>>(
-          x, plan.vectors_per_sample, plan.chunks_per_sample, plan.vectors_per_block,
-          static_cast<int>(C), plan.period, ws.partial);
-  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-  const size_t pass2_smem =
-      static_cast<size_t>(C) * sizeof(norm::Moments) + static_cast<size_t>(G) * sizeof(MeanRstd);
+  FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_channel_moments<scalar_t, /*kRelu=*/true>(
+      x, N, C, spatial, plan, ws.partial, ws.moments, stream)));
+  const size_t stats_smem = static_cast<size_t>(G) * sizeof(MeanRstd);
   relu_channels_last_stats_kernel<scalar_t, acc_t>
-      <<<static_cast<unsigned>(N), kFinalizeThreads, pass2_smem, stream>>>(
-          x, ws.partial, plan.chunks_per_sample, static_cast<int>(C), static_cast<int>(G), spatial,
+      <<<static_cast<unsigned>(N), kFinalizeThreads, stats_smem, stream>>>(
+          ws.moments, static_cast<int>(C), static_cast<int>(G), spatial,
           static_cast<const scalar_t*>(p.weight), static_cast<const scalar_t*>(p.bias), p.eps,
           static_cast<acc_t*>(p.mean), static_cast<acc_t*>(p.rstd), ws.affine);
   FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
