@@ -262,6 +262,13 @@ def assert_close_to_ref(
     )
 
 
+def max_abs_err(actual: Optional[torch.Tensor], ref: torch.Tensor) -> float:
+    """The largest |actual - ref| in float64 (actual None: an absent gradient, i.e. zero)."""
+    if actual is None:
+        actual = torch.zeros_like(ref)
+    return (actual.detach().double() - ref.detach().to(actual.device)).abs().max().item()
+
+
 def assert_same_run(actual: torch.Tensor, expected: torch.Tensor, what: str = ""):
     """Two runs of the same kernels on the same data: bitwise equal on the CPU; on CUDA
     within 1e-5 of the largest magnitude (backward kernels there may reduce in a

@@ -21,6 +21,7 @@ from helpers import (
     conv_transpose_args,
     detach_args,
     fused_op,
+    max_abs_err,
     norm_args,
     reference,
     tensor_arg_indices,
@@ -131,12 +132,6 @@ def _check(op, args, dtype, backward=True):
         _check_as_accurate_as_eager(op, args, backward, outside_tolerance)
 
 
-def _max_err(a, ref):
-    if a is None:
-        a = torch.zeros_like(ref)
-    return (a.detach().double() - ref.detach().to(a.device)).abs().max().item()
-
-
 def _check_as_accurate_as_eager(op, args, backward, outside_tolerance):
     """Every output and gradient of the fused operator within 2x eager's error against the
     float64 composite, plus 4 ulps (in the operator's dtype) of the magnitude of the terms
@@ -169,7 +164,7 @@ def _check_as_accurate_as_eager(op, args, backward, outside_tolerance):
             results.append((f"grad of argument {i}", g, eg, rg, magnitude))
     eps = torch.finfo(out.dtype).eps
     for what, fused, eager_result, ref_result, magnitude in results:
-        err, eager_err = _max_err(fused, ref_result), _max_err(eager_result, ref_result)
+        err, eager_err = max_abs_err(fused, ref_result), max_abs_err(eager_result, ref_result)
         floor = 4 * eps * magnitude + 1e-12 * max(magnitude, 1.0)
         assert err <= 2 * eager_err + floor, (
             f"{op} {what}: error {err:.3e} against float64, eager's {eager_err:.3e} "

@@ -25,6 +25,7 @@ from helpers import (
     conv_transpose_args,
     detach_args,
     fused_op,
+    max_abs_err,
     norm_args,
     reference,
     requires_cuda,
@@ -762,10 +763,6 @@ def _degenerate_groups_input(device):
     return x.float().to(device)
 
 
-def _max_err(a, ref):
-    return (a.detach().double() - ref.detach()).abs().max().item()
-
-
 @pytest.mark.parametrize("op", NORM_OPS)
 def test_degenerate_groups(device, op):
     """Constant groups, groups that are all zero after ReLU, nearly constant groups: the
@@ -791,7 +788,7 @@ def test_degenerate_groups(device, op):
     torch.testing.assert_close(
         out.detach()[eager_accurate], eager.detach()[eager_accurate], atol=1e-5, rtol=1e-5
     )
-    assert _max_err(out, ref) <= _max_err(eager, ref) + 1e-7
+    assert max_abs_err(out, ref) <= max_abs_err(eager, ref) + 1e-7
     if op == "relu_group_norm":
         bias = b.detach().view(1, 8, 1, 1).expand_as(out)
         for n, channels in [(0, slice(0, 4)), (1, slice(0, 4))]:
@@ -805,7 +802,7 @@ def test_degenerate_groups(device, op):
     for i, g, eg, rg in zip(leaves, grads, eager_grads, ref_grads):
         scale = max(rg.abs().max().item(), 1e-3)
         what = f"{op} grad of argument {i}"
-        assert _max_err(g, rg) <= 2 * _max_err(eg, rg) + 1e-5 * scale, what
+        assert max_abs_err(g, rg) <= 2 * max_abs_err(eg, rg) + 1e-5 * scale, what
         if i != 2:
             # (The weight gradient of a nearly constant group is a sum of dy * (x - mean) * rstd
             # with x - mean ~ 1e-6: float32's rounding of the saved mean alone moves it by
