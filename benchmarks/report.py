@@ -100,6 +100,8 @@ def summary_table(results, sweep=False):
     others = [i for i in impls if i != "fused"]
     if sweep:
         ratios = [f"{i}/fused" for i in others]
+        paired = any("paired_eager_ratio" in e for e in results.values())
+        ratios += ["paired eager/fused"] if paired else []
         tail = ["fused GB/s", "%copyBW"]
     else:
         ratios = ["fused x eager", "x compile", "x autotune"]
@@ -114,6 +116,9 @@ def summary_table(results, sweep=False):
         if sweep:
             f = results.get(key + ("fused",)) or {}
             ok = f.get("status") == "ok"
+            if paired:
+                p = f.get("paired_eager_ratio")
+                cells.append(f"{p:.2f}x" if ok and p else "-")
             cells.append(f"{f['GBps']:.4g}" if ok and "GBps" in f else "-")
             cells.append(f"{f['pct_copy_bw']:.0f}%" if ok and "pct_copy_bw" in f else "-")
         rows.append(cells)

@@ -152,8 +152,10 @@ def time_interleaved(fns, inputs, iters, warmup, target_s, min_iters, rounds, co
     allocator's state fall on all of them alike; a batch during which other processes took
     CPU (CpuContention) is timed again once the machine is quiet, up to 3 times (then kept and
     counted as contended). Returns name -> time_fn's statistics plus rounds, retried_batches,
-    contended_batches and other_cpu_pct (other processes' CPU during the kept batches, % of
-    one core)."""
+    contended_batches, other_cpu_pct (other processes' CPU during the kept batches, % of
+    one core) and batch_ms (the median of each round's batch, in round order: batches of one
+    round ran back to back, so their ratios are free of the machine's slower drifts;
+    paired_ratio)."""
     names = list(fns)
     nin = len(inputs)
     counts = {}
@@ -168,6 +170,7 @@ def time_interleaved(fns, inputs, iters, warmup, target_s, min_iters, rounds, co
         counts[name] = int(max(min_iters, min(iters, target_s / max(est, 1e-6))))
     rounds = max(1, min(rounds, min(counts.values())))
     times = {name: [] for name in names}
+    batch_ms = {name: [] for name in names}
     stats = {name: dict(retried=0, contended=0, other_s=0.0, wall_s=0.0) for name in names}
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
@@ -197,6 +200,7 @@ def time_interleaved(fns, inputs, iters, warmup, target_s, min_iters, rounds, co
             st["other_s"] += other
             st["wall_s"] += wall
             times[name] += batch
+            batch_ms[name].append(quantile(sorted(batch), 0.5))
     out = {}
     for name in names:
         st, ts = stats[name], sorted(times[name])
@@ -212,8 +216,21 @@ def time_interleaved(fns, inputs, iters, warmup, target_s, min_iters, rounds, co
             retried_batches=st["retried"],
             contended_batches=st["contended"],
             other_cpu_pct=100 * st["other_s"] / max(st["wall_s"], 1e-9),
+            batch_ms=batch_ms[name],
         )
     return out
+
+
+def paired_ratio(num, den):
+    """num / den for two functions timed together by time_interleaved (their entries),
+    from the rounds' pairs of adjacent batches: (median, p10, p90) over the rounds of
+    num batch median / den batch median. Where the run-to-run spread of a function (a
+    convolution's, on a shared machine) is larger than the difference being measured, this
+    compares each batch with its neighbour rather than pooling all of them."""
+    ratios = sorted(a / b for a, b in zip(num["batch_ms"], den["batch_ms"]) if b > 0)
+    if not ratios:
+        return None
+    return quantile(ratios, 0.5), quantile(ratios, 0.1), quantile(ratios, 0.9)
 
 
 def cache_bytes(device):
@@ -519,6 +536,11 @@ class Runner:
         eager = self.results.get((case.key, mode, tf32, "eager"))
         if impl == "fused" and eager and eager.get("status") == "ok":
             extra += f"  eager/fused={eager['median_ms'] / entry['median_ms']:.2f}x"
+            if "paired_eager_ratio" in entry:
+                p10, p90 = entry["paired_eager_ratio_p10_p90"]
+                extra += (
+                    f" (paired {entry['paired_eager_ratio']:.2f}x, p10-p90 {p10:.2f}-{p90:.2f})"
+                )
         if impl == "fused" and "pct_copy_bw" in entry:
             extra += f"  {entry['pct_copy_bw']:.0f}% of copy BW"
         if "path" in entry:
@@ -701,9 +723,11 @@ class Runner:
                         self.contention,
                     )
 
+                together = True
                 try:
                     timed = timed_together(fns)
                 except Exception:  # noqa: BLE001  (one implementation failing: each alone)
+                    together = False
                     timed = {}
                     for impl, fn in fns.items():
                         try:
@@ -713,6 +737,12 @@ class Runner:
                 for impl in modules:
                     if impl in timed:
                         entries[impl].update(timed[impl])
+                if together and "eager" in timed and "fused" in timed:
+                    paired = paired_ratio(timed["eager"], timed["fused"])
+                    if paired:
+                        entries["fused"]["paired_eager_ratio"] = paired[0]
+                        entries["fused"]["paired_eager_ratio_p10_p90"] = list(paired[1:])
+                for impl in modules:
                     self.record(case, mode, tf32, impl, entries[impl])
                 for x in b.inputs:
                     x.requires_grad_(False)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common/checks.h"
+#include "common/cpu_output_memory.h"
 #include "common/kernel_types.h"
 
 #include <ATen/core/Tensor.h>
@@ -58,12 +59,12 @@ inline at::Tensor empty_stats(const at::Tensor& input, const c10::SymInt& rows,
 }
 
 // The (grad_input, grad_weight, grad_bias) a GroupNorm-family backward writes, as output_mask
-// asks: grad_input contiguous and shaped like the input, grad_weight (only with a weight) and
-// grad_bias zero-filled (C,) (zero is also their value for an empty batch).
+// asks: grad_input contiguous and shaped like the input (empty_output_like), grad_weight (only
+// with a weight) and grad_bias zero-filled (C,) (zero is also their value for an empty batch).
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> allocate_norm_grads(
     const at::Tensor& input, const c10::SymInt& C, bool has_weight,
     std::array<bool, 3> output_mask) {
-  return {output_mask[0] ? at::empty_symint(input.sym_sizes(), input.options()) : at::Tensor(),
+  return {output_mask[0] ? empty_output_like(input) : at::Tensor(),
           output_mask[1] && has_weight ? at::zeros_symint({C}, input.options()) : at::Tensor(),
           output_mask[2] ? at::zeros_symint({C}, input.options()) : at::Tensor()};
 }

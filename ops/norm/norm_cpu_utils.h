@@ -21,11 +21,13 @@
 //   - otherwise (few or unevenly shared groups, e.g. N * G = 1 on 2 threads), a parallel
 //     pass over all chunks, the per-group step, and a second parallel pass over all chunks.
 //
-// Large outputs are fresh memory, whose first write costs a page fault per page: the kernels
-// ask for huge pages for them (advise_huge_pages), which makes the faults 512 times fewer.
-// What is left, the kernel zeroing each fresh page before the first write, costs about as
-// much as the write itself; it bounds a kernel that writes a fresh output at about half the
-// bandwidth of a copy into an existing tensor.
+// Fresh memory costs a page fault per page at its first write: the kernels ask for huge pages
+// for large outputs (advise_huge_pages), which makes the faults 512 times fewer. What is left,
+// Linux zeroing each fresh page before the first write, costs about as much as the write
+// itself, and bounds a kernel that writes a fresh output at about half the bandwidth of a
+// copy into an existing tensor; so the large outputs' memory is kept and reused once freed
+// (common/cpu_output_memory.h), and the largest are written with streaming stores
+// (kStreamingStoreBytes).
 #pragma once
 
 #include "common/group_norm_shape.h"
@@ -59,7 +61,9 @@ struct Sums {
 
 // The vectorised loops, for one element type. Each runs over `rows` consecutive rows of `n`
 // elements (row r at x + r * n), with row r's parameters at index r. Sums are accumulated
-// in acc_t<scalar_t> in blocks (norm_cpu_vec.h) and returned in double.
+// in acc_t<scalar_t> in blocks (norm_cpu_vec.h) and returned in double. The elementwise ones
+// come twice: `*_streaming` writes with streaming stores (norm_cpu_vec.h), for outputs of at
+// least kStreamingStoreBytes; the results are the same.
 template <typename scalar_t>
 struct RowOps {
   using acc = acc_t<scalar_t>;
@@ -74,12 +78,19 @@ struct RowOps {
   // y = x * scale[r] + shift[r].
   void (*affine)(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n, const acc* scale,
                  const acc* shift);
+  void (*affine_streaming)(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n,
+                           const acc* scale, const acc* shift);
   // y = (relu(x) - a[r].center) * a[r].scale + a[r].shift (group_norm_math.h).
   void (*relu_affine)(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n,
                       const CenteredAffine<acc>* a);
+  void (*relu_affine_streaming)(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n,
+                                const CenteredAffine<acc>* a);
   // dx = x > 0 ? c1[r] * dy + c2[r] * x + c3[r] : 0.
   void (*relu_affine_backward)(const scalar_t* dy, const scalar_t* x, scalar_t* dx, int64_t rows,
                                int64_t n, const acc* c1, const acc* c2, const acc* c3);
+  void (*relu_affine_backward_streaming)(const scalar_t* dy, const scalar_t* x, scalar_t* dx,
+                                         int64_t rows, int64_t n, const acc* c1, const acc* c2,
+                                         const acc* c3);
   // For x stored (positions, channels): s1[c] += sum_p (x[p, c] - shift[c]) and
   // s2[c] += sum_p (x[p, c] - shift[c])^2 over p in [0, positions).
   void (*channels_last_shifted_sums)(const scalar_t* x, int64_t positions, int64_t channels,
@@ -255,6 +266,17 @@ acc_t<scalar_t> sampled_shift(const scalar_t* x, int64_t n, int64_t stride = 1) 
   }
   return static_cast<acc_t<scalar_t>>((total[0] + total[1]) / static_cast<double>(samples));
 }
+
+// Outputs of at least this many bytes are written with streaming stores (RowOps): half the
+// last-level cache of the benchmarks' CPU (32 MiB, shared with the input the kernel reads):
+// an output that size would mostly be evicted before its reader comes, and its lines would
+// first be read from memory by plain stores (read-for-ownership). relu_group_norm forward,
+// one thread, output memory already mapped (common/cpu_output_memory.h), plain vs streaming
+// stores (2026-11-22, benchmarks/cpu_norm_timing.py, median of 7): (4, 64, 24^3), 14 MB:
+// 2.21 vs 1.59 ms; (8, 128, 24^3), 57 MB: 9.47 vs 8.38 ms; (1, 8, 128^3), 67 MB: 11.4 vs
+// 9.8 ms. Into fresh memory (zeroed by the kernel at the first write, so already in cache)
+// they gain nothing: 13.5 vs 14.8 ms at (8, 128, 24^3).
+constexpr int64_t kStreamingStoreBytes = int64_t{16} << 20;
 
 // Outputs of at least this many bytes are backed by transparent huge pages where the system
 // allows it (advise_huge_pages).

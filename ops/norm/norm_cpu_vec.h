@@ -68,6 +68,39 @@ struct VecIo<scalar_t, true> {
   }
 };
 
+// Non-temporal ("streaming") stores of one unit to 32-byte-aligned memory, with AVX2: they
+// write whole cache lines to memory without first reading them (a plain store's
+// read-for-ownership) and without evicting the data the kernel still reads. Worth it only
+// for outputs too large to stay in cache for whoever reads them next (kStreamingStoreBytes).
+// Other builds store plainly. A pass that streams ends with stream_fence(), so that its
+// stores are visible to the threads that go on after the parallel region.
+#if defined(CPU_CAPABILITY_AVX2)
+constexpr bool kHasStreamingStores = true;
+inline void stream_vec(float* p, const Vectorized<float>& v) { _mm256_stream_ps(p, v); }
+inline void stream_vec(double* p, const Vectorized<double>& v) { _mm256_stream_pd(p, v); }
+template <typename T>
+inline void stream_vec(T* p, const Vectorized<T>& v) {
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(p), static_cast<__m256i>(v));
+}
+inline void stream_fence() { _mm_sfence(); }
+#else
+constexpr bool kHasStreamingStores = false;
+template <typename T, typename V>
+inline void stream_vec(T* p, const V& v) {
+  v.store(p);
+}
+inline void stream_fence() {}
+#endif
+
+template <typename scalar_t>
+inline void stream_unit(scalar_t* p, const typename VecIo<scalar_t>::Vec* v) {
+  if constexpr (VecIo<scalar_t>::kVecs == 1) {
+    stream_vec(p, v[0]);
+  } else {
+    stream_vec(p, at::vec::convert_from_float<scalar_t>(v[0], v[1]));
+  }
+}
+
 // relu_keep_nan on a vector: clamp_min(v, 0) is `v < 0 ? 0 : v` lane by lane (one max
 // instruction with AVX2), which keeps NaN and -0.0 as relu_keep_nan does.
 template <typename Vec>
@@ -161,8 +194,10 @@ C10_ALWAYS_INLINE Sums blocked_sums(const scalar_t* a, const scalar_t* b, int64_
   return total;
 }
 
-// out[i] = f(a[i], b[i]) for i in [0, n) (b may alias a), as vectors where it can.
-template <typename scalar_t, typename VecFn, typename ScalarFn>
+// out[i] = f(a[i], b[i]) for i in [0, n) (b may alias a), as vectors where it can; with
+// kStream, the whole steps from the first 32-byte-aligned element of out on stored with
+// streaming stores (the caller fences).
+template <bool kStream = false, typename scalar_t, typename VecFn, typename ScalarFn>
 C10_ALWAYS_INLINE void map2(const scalar_t* a, const scalar_t* b, scalar_t* out, int64_t n,
                             const VecFn& vec, const ScalarFn& scalar) {
   using Io = VecIo<scalar_t>;
@@ -171,6 +206,30 @@ C10_ALWAYS_INLINE void map2(const scalar_t* a, const scalar_t* b, scalar_t* out,
   constexpr int64_t kUnitsPerStep = kVecsPerStep / Io::kVecs;
   constexpr int64_t kStep = kUnitsPerStep * Io::kUnit;
   int64_t i = 0;
+  if constexpr (kStream && kHasStreamingStores) {
+    // The elements before out's first 32-byte boundary, one by one (out is aligned to its
+    // element size, as tensors are); then the aligned steps.
+    const int64_t misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out) % 32);
+    const int64_t head =
+        std::min<int64_t>(n, misaligned == 0 ? 0 : (32 - misaligned) / sizeof(scalar_t));
+    for (; i < head; ++i) {
+      out[i] = static_cast<scalar_t>(scalar(static_cast<acc>(a[i]), static_cast<acc>(b[i])));
+    }
+    for (; i + kStep <= n; i += kStep) {
+      Vec va[kVecsPerStep];
+      Vec vb[kVecsPerStep];
+      for (int64_t u = 0; u < kUnitsPerStep; ++u) {
+        Io::load(a + i + u * Io::kUnit, va + u * Io::kVecs);
+        Io::load(b + i + u * Io::kUnit, vb + u * Io::kVecs);
+      }
+      for (int j = 0; j < kVecsPerStep; ++j) {
+        va[j] = vec(va[j], vb[j]);
+      }
+      for (int64_t u = 0; u < kUnitsPerStep; ++u) {
+        stream_unit(out + i + u * Io::kUnit, va + u * Io::kVecs);
+      }
+    }
+  }
   for (; i + kStep <= n; i += kStep) {
     Vec va[kVecsPerStep];
     Vec vb[kVecsPerStep];
@@ -245,7 +304,7 @@ void relu_grad_sums(const scalar_t* dy, const scalar_t* x, int64_t rows, int64_t
   }
 }
 
-template <typename scalar_t>
+template <bool kStream, typename scalar_t>
 void affine(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n, const acc_t<scalar_t>* scale,
             const acc_t<scalar_t>* shift) {
   using Vec = typename VecIo<scalar_t>::Vec;
@@ -255,14 +314,17 @@ void affine(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n, const acc_t
     const acc b = shift[r];
     const Vec va(a);
     const Vec vb(b);
-    map2(
+    map2<kStream>(
         x + r * n, x + r * n, y + r * n, n,
         [va, vb](const Vec& v, const Vec&) { return at::vec::fmadd(v, va, vb); },
         [a, b](acc v, acc) { return v * a + b; });
   }
+  if constexpr (kStream) {
+    stream_fence();
+  }
 }
 
-template <typename scalar_t>
+template <bool kStream, typename scalar_t>
 void relu_affine(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n,
                  const CenteredAffine<acc_t<scalar_t>>* params) {
   using Vec = typename VecIo<scalar_t>::Vec;
@@ -272,16 +334,19 @@ void relu_affine(const scalar_t* x, scalar_t* y, int64_t rows, int64_t n,
     const Vec center(a.center);
     const Vec scale(a.scale);
     const Vec shift(a.shift);
-    map2(
+    map2<kStream>(
         x + r * n, x + r * n, y + r * n, n,
         [center, scale, shift](const Vec& v, const Vec&) {
           return at::vec::fmadd(relu_vec(v) - center, scale, shift);
         },
         [a](acc v, acc) { return (relu_keep_nan(v) - a.center) * a.scale + a.shift; });
   }
+  if constexpr (kStream) {
+    stream_fence();
+  }
 }
 
-template <typename scalar_t>
+template <bool kStream, typename scalar_t>
 void relu_affine_backward(const scalar_t* dy, const scalar_t* x, scalar_t* dx, int64_t rows,
                           int64_t n, const acc_t<scalar_t>* c1, const acc_t<scalar_t>* c2,
                           const acc_t<scalar_t>* c3) {
@@ -295,13 +360,16 @@ void relu_affine_backward(const scalar_t* dy, const scalar_t* x, scalar_t* dx, i
     const Vec v1(a1);
     const Vec v2(a2);
     const Vec v3(a3);
-    map2(
+    map2<kStream>(
         dy + r * n, x + r * n, dx + r * n, n,
         [v1, v2, v3, zero](const Vec& g, const Vec& v) {
           const Vec dr = at::vec::fmadd(v1, g, at::vec::fmadd(v2, v, v3));
           return Vec::blendv(zero, dr, v > zero);
         },
         [a1, a2, a3](acc g, acc v) { return v > acc(0) ? a1 * g + (a2 * v + a3) : acc(0); });
+  }
+  if constexpr (kStream) {
+    stream_fence();
   }
 }
 
@@ -468,9 +536,12 @@ RowOps<scalar_t> make_row_ops() {
   return RowOps<scalar_t>{shifted_sums</*kRelu=*/false, scalar_t>,
                           shifted_sums</*kRelu=*/true, scalar_t>,
                           relu_grad_sums<scalar_t>,
-                          affine<scalar_t>,
-                          relu_affine<scalar_t>,
-                          relu_affine_backward<scalar_t>,
+                          affine</*kStream=*/false, scalar_t>,
+                          affine</*kStream=*/true, scalar_t>,
+                          relu_affine</*kStream=*/false, scalar_t>,
+                          relu_affine</*kStream=*/true, scalar_t>,
+                          relu_affine_backward</*kStream=*/false, scalar_t>,
+                          relu_affine_backward</*kStream=*/true, scalar_t>,
                           channels_last_shifted_sums<scalar_t>};
 }
 

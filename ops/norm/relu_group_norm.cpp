@@ -31,7 +31,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward(
 std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_prechecked(
     const at::Tensor& input, const SymGroupNormShape& s, const c10::optional<at::Tensor>& weight,
     const c10::optional<at::Tensor>& bias, double eps) {
-  at::Tensor y = at::empty_symint(input.sym_sizes(), input.options());
+  at::Tensor y = empty_output_like(input);
   at::Tensor mean = empty_stats(input, s.N, s.G);
   at::Tensor rstd = empty_stats(input, s.N, s.G);
   if (input.is_meta() || input.numel() == 0) {

@@ -48,7 +48,8 @@ void forward_kernel(const ReluGroupNormForwardParams& p) {
   const int64_t Cg = s.channels_per_group();
   const int64_t groups = s.N * s.G;
   const int64_t group_size = s.group_size();
-  cpu::advise_huge_pages(y, groups * group_size * static_cast<int64_t>(sizeof(scalar_t)));
+  const int64_t y_bytes = groups * group_size * static_cast<int64_t>(sizeof(scalar_t));
+  cpu::advise_huge_pages(y, y_bytes);
 
   // A group's values are contiguous: its statistics come from sums over them all around one
   // shift, by chunks (norm_cpu_utils.h), chunk p's sums in parts[ng * chunks + p].
@@ -80,11 +81,14 @@ void forward_kernel(const ReluGroupNormForwardParams& p) {
   };
   // y over piece q of the group's rows.
   const cpu::RowPieces pieces(Cg, HxW);
+  // A large y goes to memory with streaming stores (norm_cpu_utils.h: kStreamingStoreBytes).
+  const auto relu_affine =
+      y_bytes >= cpu::kStreamingStoreBytes ? ops.relu_affine_streaming : ops.relu_affine;
   auto write = [&](int64_t ng, int64_t q) {
     const cpu::RowPiece piece = pieces[q];
     const int64_t row = ng * Cg + piece.first;
     const int64_t offset = row * HxW + piece.begin;
-    ops.relu_affine(x + offset, y + offset, piece.count, piece.length, &affine[row]);
+    relu_affine(x + offset, y + offset, piece.count, piece.length, &affine[row]);
   };
   cpu::run_two_passes(cpu::use_group_tasks(groups, group_size), groups, group_size, chunks,
                       std::min(cpu::kChunk, group_size), pieces.size(), pieces.piece_elements(),
@@ -109,8 +113,9 @@ void backward_kernel(const ReluGroupNormBackwardParams& p) {
   const int64_t groups = s.N * s.G;
   const int64_t rows = s.N * s.C;
   const double count = static_cast<double>(s.group_size());
+  const int64_t dx_bytes = rows * HxW * static_cast<int64_t>(sizeof(scalar_t));
   if (dx != nullptr) {
-    cpu::advise_huge_pages(dx, rows * HxW * static_cast<int64_t>(sizeof(scalar_t)));
+    cpu::advise_huge_pages(dx, dx_bytes);
   }
 
   // Per row: {ds, db} = {sum(dy * (relu(x) - mean)), sum(dy)} with the group's saved mean (in
@@ -163,12 +168,15 @@ void backward_kernel(const ReluGroupNormBackwardParams& p) {
       }
     };
     // dx over piece q of the group's rows: dr masked by x > 0.
+    const auto relu_affine_backward = dx_bytes >= cpu::kStreamingStoreBytes
+                                          ? ops.relu_affine_backward_streaming
+                                          : ops.relu_affine_backward;
     auto write = [&](int64_t ng, int64_t q) {
       const cpu::RowPiece piece = pieces[q];
       const int64_t row = ng * Cg + piece.first;
       const int64_t offset = row * HxW + piece.begin;
-      ops.relu_affine_backward(dy + offset, x + offset, dx + offset, piece.count, piece.length,
-                               &c1[row], &c2[row], &c3[row]);
+      relu_affine_backward(dy + offset, x + offset, dx + offset, piece.count, piece.length,
+                           &c1[row], &c2[row], &c3[row]);
     };
     cpu::run_two_passes(cpu::use_group_tasks(groups, s.group_size()), groups, s.group_size(),
                         pieces.size(), pieces.piece_elements(), pieces.size(),
