@@ -235,6 +235,25 @@ def test_deterministic_and_layouts(dtype):
 
 
 @requires_cuda
+@pytest.mark.parametrize("shape", [(2, 3, 5, 6, 8), (1, 4, 6, 5, 32), (2, 2, 4, 4, 12)])
+def test_whole_row_loads_match_the_general_loads(shape):
+    """Where every box row is a whole input row (no padding along W, one box across it) and x
+    is 16-byte aligned, the tensor-core kernel loads rows by 16-byte copies
+    (conv_input_box.cuh: load_full_input_rows_async; W = 12 leaves lanes idle); an input 4
+    bytes off alignment takes the per-element loads. Same footprint, same bits."""
+    args = conv3d_args(shape, 24, 3, 8, device="cuda", requires_grad=False)
+    args[0] = torch.rand_like(args[0])
+    misaligned = torch.empty(args[0].numel() + 1, device="cuda")[1:].view_as(args[0])
+    misaligned.copy_(args[0])
+    assert misaligned.data_ptr() % 16 != 0 and args[0].data_ptr() % 16 == 0
+    path, out = _check(args, torch.float32)
+    assert path == "onepass"
+    with torch.no_grad():
+        general = torch.ops.fused.conv3d_group_norm_mean(misaligned, *args[1:])
+    assert torch.equal(out, general)
+
+
+@requires_cuda
 def test_empty_and_large_batch():
     args = conv3d_args((0, 3, 6, 7, 8), 12, 3, 4, device="cuda", requires_grad=False)
     with torch.no_grad():

@@ -68,6 +68,7 @@ struct KernelArgs {
   conv::Conv3dGroupNormMeanParams p;
   conv::OnePassPlan plan;
   double2* partials;  // [tiles][cb]: (mean, M2) of the tile's valid positions per channel
+  bool full_rows;     // the footprints are whole input rows (conv_input_box.cuh)
 };
 
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -414,7 +415,12 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
       }
       loaded_chunk = t.chunk;
     }
-    load_input_box_async(group_input<float>(a.p.x, t, plan, s), x_s, s, footprint_of(t, plan, s));
+    if (a.full_rows) {
+      load_full_input_rows_async(group_input<float>(a.p.x, t, plan, s), x_s, s,
+                                 footprint_of(t, plan, s));
+    } else {
+      load_input_box_async(group_input<float>(a.p.x, t, plan, s), x_s, s, footprint_of(t, plan, s));
+    }
     cp_async_wait_all();
     __syncthreads();
 
@@ -612,7 +618,9 @@ struct OnePassFamily {
   }
   static cudaError_t launch(const conv::Conv3dGroupNormMeanParams& p, void* workspace,
                             cudaStream_t stream) {
-    const KernelArgs args{p, plan_for(p), static_cast<double2*>(workspace)};
+    const conv::OnePassPlan plan = plan_for(p);
+    const KernelArgs args{p, plan, static_cast<double2*>(workspace),
+                          full_input_rows(p.conv, plan.FW, plan.boxes_w, p.x)};
     if (!args.plan.supported) {
       return cudaErrorInvalidValue;
     }

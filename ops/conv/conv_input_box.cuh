@@ -84,6 +84,58 @@ __device__ __forceinline__ void load_input_box_async(const float* __restrict__ s
   });
 }
 
+// The same where every box row is a whole input row, 16-byte aligned: FW == W, iw0 == 0, W a
+// multiple of 4 and at most 128, rows 16-byte aligned (the caller checks: full_input_rows).
+// A row takes W / 4 lanes, each one 16-byte copy, so a warp moves 32 / (W / 4) rows per
+// instruction instead of one element per lane (the walk above issues ~90 instructions per
+// 32-float row). Measured at the Conv3d headline (H100, 2026-11-22): the tensor-core forward
+// 0.419 -> 0.411 ms; the footprint loads are a large share of its instructions but not what
+// bounds it (benchmarks/h100-2026-11-22-ndhwc).
+__device__ __forceinline__ void load_full_input_rows_async(const float* __restrict__ sample,
+                                                           float* x_s, const conv::Conv3dShape& s,
+                                                           const InputBox& box) {
+  const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);
+  const int vectors_per_row = W / 4;
+  const int rows_per_warp_step = kWarpSize / vectors_per_row;
+  const int lane = threadIdx.x % kWarpSize;
+  const int sub_row = lane / vectors_per_row;
+  const int v = lane % vectors_per_row;
+  if (sub_row >= rows_per_warp_step) {
+    return;  // lanes left over when W / 4 does not divide 32
+  }
+  const int rows = box.channels * box.FD * box.FH;
+  const int step = kWarpsPerBlock * rows_per_warp_step;
+  for (int r = (threadIdx.x / kWarpSize) * rows_per_warp_step + sub_row; r < rows; r += step) {
+    const int fh = r % box.FH;
+    const int plane = r / box.FH;  // channel * FD + fd
+    const int fd = plane % box.FD;
+    const int ci = plane / box.FD;
+    const int id = box.id0 + fd;
+    const int ih = box.ih0 + fh;
+    const bool inside = id >= 0 && id < D && ih >= 0 && ih < H;
+    const float* src = inside ? sample + (static_cast<int64_t>(ci) * D + id) * H * W +
+                                    static_cast<int64_t>(ih) * W + 4 * v
+                              : sample;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(x_s + r * W + 4 * v));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(inside ? 16 : 0));
+#else
+    const float4 value = inside ? *reinterpret_cast<const float4*>(src) : make_float4(0, 0, 0, 0);
+    *reinterpret_cast<float4*>(x_s + r * W + 4 * v) = value;
+#endif
+  }
+}
+
+// Whether load_full_input_rows_async can load every tile's box of a plan whose boxes have
+// FW x positions starting at input column iw0 (the same for every tile when one box spans the
+// output's width): x's data 16-byte aligned, the shared box too (its offset a multiple of 16).
+__host__ __device__ inline bool full_input_rows(const conv::Conv3dShape& s, int64_t FW,
+                                                int64_t boxes_w, const void* x) {
+  return boxes_w == 1 && s.padding[2] == 0 && FW == s.W && s.W % 4 == 0 && s.W <= 128 &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
 __device__ __forceinline__ void cp_async_wait_all() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_all;\n" ::: "memory");
