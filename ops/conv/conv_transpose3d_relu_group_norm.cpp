@@ -11,6 +11,25 @@ namespace {
 constexpr const char* kName = "fused::conv_transpose3d_relu_group_norm";
 constexpr const char* kBackwardName = "fused::conv_transpose3d_relu_group_norm (backward)";
 
+// (output, conv_output, mean, rstd), conv_output in `layout` (conv_stage.h).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_with_conv_output_in(
+    ConvOutputLayout layout, const at::Tensor& input, const at::Tensor& weight,
+    const c10::optional<at::Tensor>& conv_bias, at::IntArrayRef stride, at::IntArrayRef padding,
+    at::IntArrayRef output_padding, int64_t groups, at::IntArrayRef dilation, int64_t num_groups,
+    const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
+    double eps) {
+  const Conv3dParams params = make_conv3d_params(kName, stride, padding, output_padding, dilation,
+                                                 groups, /*transposed=*/true);
+  const ConvGroupNormShapes shapes = check_conv_group_norm_args(
+      kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
+  const at::Tensor conv_output = input.is_meta() ? empty_conv_output(input, shapes.conv_output)
+                                                 : run_conv3d(input, weight, conv_bias, params,
+                                                              ConvConsumer::kReluGroupNorm, layout);
+  auto [output, mean, rstd] = norm::relu_group_norm_forward_prechecked(
+      conv_output, shapes.group_norm, gn_weight, gn_bias, eps);
+  return {output, conv_output, mean, rstd};
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_transpose3d_relu_group_norm_forward(
@@ -18,16 +37,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_transpose3d_relu
     at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
     at::IntArrayRef dilation, int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
     const c10::optional<at::Tensor>& gn_bias, double eps) {
-  const Conv3dParams params = make_conv3d_params(kName, stride, padding, output_padding, dilation,
-                                                 groups, /*transposed=*/true);
-  const ConvGroupNormShapes shapes = check_conv_group_norm_args(
-      kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
-  const at::Tensor conv_output =
-      input.is_meta() ? empty_conv_output(input, shapes.conv_output)
-                      : run_conv3d(input, weight, conv_bias, params, ConvConsumer::kReluGroupNorm);
-  auto [output, mean, rstd] = norm::relu_group_norm_forward_prechecked(
-      conv_output, shapes.group_norm, gn_weight, gn_bias, eps);
-  return {output, conv_output, mean, rstd};
+  return forward_with_conv_output_in(ConvOutputLayout::kInputLayout, input, weight, conv_bias,
+                                     stride, padding, output_padding, groups, dilation, num_groups,
+                                     gn_weight, gn_bias, eps);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
@@ -87,16 +99,9 @@ at::Tensor conv_transpose3d_relu_group_norm(const at::Tensor& input, const at::T
   // Below autograd: this kernel runs when no gradient is needed, so the conv output is not
   // saved and may stay in the layout its convolution computed (NDHWC for the float32 CUDA
   // rewrites), which the GroupNorm reads in place.
-  const Conv3dParams params = make_conv3d_params(kName, stride, padding, output_padding, dilation,
-                                                 groups, /*transposed=*/true);
-  const ConvGroupNormShapes shapes = check_conv_group_norm_args(
-      kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
-  const at::Tensor conv_output =
-      input.is_meta() ? empty_conv_output(input, shapes.conv_output)
-                      : run_conv3d(input, weight, conv_bias, params, ConvConsumer::kReluGroupNorm,
-                                   ConvOutputLayout::kAsComputed);
-  return std::get<0>(norm::relu_group_norm_forward_prechecked(conv_output, shapes.group_norm,
-                                                              gn_weight, gn_bias, eps));
+  return std::get<0>(forward_with_conv_output_in(ConvOutputLayout::kAsComputed, input, weight,
+                                                 conv_bias, stride, padding, output_padding, groups,
+                                                 dilation, num_groups, gn_weight, gn_bias, eps));
 }
 
 }  // namespace conv

@@ -205,6 +205,17 @@ C10_ALWAYS_INLINE void map2(const scalar_t* a, const scalar_t* b, scalar_t* out,
   using acc = acc_t<scalar_t>;
   constexpr int64_t kUnitsPerStep = kVecsPerStep / Io::kVecs;
   constexpr int64_t kStep = kUnitsPerStep * Io::kUnit;
+  // One step of f(a, b) from element i into va.
+  const auto step = [&](int64_t i, Vec(&va)[kVecsPerStep]) {
+    Vec vb[kVecsPerStep];
+    for (int64_t u = 0; u < kUnitsPerStep; ++u) {
+      Io::load(a + i + u * Io::kUnit, va + u * Io::kVecs);
+      Io::load(b + i + u * Io::kUnit, vb + u * Io::kVecs);
+    }
+    for (int j = 0; j < kVecsPerStep; ++j) {
+      va[j] = vec(va[j], vb[j]);
+    }
+  };
   int64_t i = 0;
   if constexpr (kStream && kHasStreamingStores) {
     // The elements before out's first 32-byte boundary, one by one (out is aligned to its
@@ -217,14 +228,7 @@ C10_ALWAYS_INLINE void map2(const scalar_t* a, const scalar_t* b, scalar_t* out,
     }
     for (; i + kStep <= n; i += kStep) {
       Vec va[kVecsPerStep];
-      Vec vb[kVecsPerStep];
-      for (int64_t u = 0; u < kUnitsPerStep; ++u) {
-        Io::load(a + i + u * Io::kUnit, va + u * Io::kVecs);
-        Io::load(b + i + u * Io::kUnit, vb + u * Io::kVecs);
-      }
-      for (int j = 0; j < kVecsPerStep; ++j) {
-        va[j] = vec(va[j], vb[j]);
-      }
+      step(i, va);
       for (int64_t u = 0; u < kUnitsPerStep; ++u) {
         stream_unit(out + i + u * Io::kUnit, va + u * Io::kVecs);
       }
@@ -232,14 +236,7 @@ C10_ALWAYS_INLINE void map2(const scalar_t* a, const scalar_t* b, scalar_t* out,
   }
   for (; i + kStep <= n; i += kStep) {
     Vec va[kVecsPerStep];
-    Vec vb[kVecsPerStep];
-    for (int64_t u = 0; u < kUnitsPerStep; ++u) {
-      Io::load(a + i + u * Io::kUnit, va + u * Io::kVecs);
-      Io::load(b + i + u * Io::kUnit, vb + u * Io::kVecs);
-    }
-    for (int j = 0; j < kVecsPerStep; ++j) {
-      va[j] = vec(va[j], vb[j]);
-    }
+    step(i, va);
     for (int64_t u = 0; u < kUnitsPerStep; ++u) {
       Io::store(out + i + u * Io::kUnit, va + u * Io::kVecs);
     }
