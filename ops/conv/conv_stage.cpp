@@ -119,6 +119,20 @@ at::Tensor forward_weight_of_transposed(const at::Tensor& weight, int64_t groups
       .flip({2, 3, 4});
 }
 
+// The inverse of forward_weight_of_transposed: a tensor shaped like the forward weight
+// (C_out, C_in/g, k...) (the rewrite's weight gradient) back to the transposed convolution's
+// weight layout `transposed_sizes` (C_in, C_out/g, k...), taps unflipped.
+at::Tensor transposed_weight_of_forward(const at::Tensor& forward, int64_t groups,
+                                        at::IntArrayRef transposed_sizes) {
+  const int64_t c_in = transposed_sizes[0];
+  const int64_t c_out_per_group = transposed_sizes[1];
+  auto k = transposed_sizes.slice(2);
+  return forward.flip({2, 3, 4})
+      .reshape({groups, c_out_per_group, c_in / groups, k[0], k[1], k[2]})
+      .transpose(1, 2)
+      .reshape(transposed_sizes);
+}
+
 // Its padding: (k - 1) * dilation - padding per spatial dim.
 std::array<int64_t, 3> forward_padding_of_transposed(const at::Tensor& weight,
                                                      const Conv3dParams& p) {
@@ -269,9 +283,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_split_tf32_backward(
                                                        dy.const_data_ptr<float>(),
                                                        forward_grad.mutable_data_ptr<float>()},
                     split_tf32_conv3d_cuda.weight_grad);
-    // The rewrite's weight is (C_out, C_in, k...) with taps flipped: back to (C_in, C_out, k...).
-    grad_weight = forward_grad.flip({1, 2, 3})
-                      .permute({4, 0, 1, 2, 3})
+    // (C_out, k..., C_in) -> the forward weight's (C_out, C_in, k...) -> (C_in, C_out, k...).
+    grad_weight = transposed_weight_of_forward(forward_grad.permute({0, 4, 1, 2, 3}), p.groups,
+                                               weight.sizes())
                       .contiguous(weight.suggest_memory_format());
   }
   if (output_mask[2] && has_bias) {
@@ -313,21 +327,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_as_forward_backward(
         dy, x, forward_weight, c10::nullopt, /*stride=*/{1, 1, 1},
         forward_padding_of_transposed(weight, p), p.dilation, /*transposed=*/false,
         /*output_padding=*/{0, 0, 0}, p.groups, {false, true, false}));
-    // forward_weight_of_transposed undone: (C_out, C_in/g, k...) with taps flipped ->
-    // (g, C_out/g, C_in/g, k...) -> (C_in, C_out/g, k...).
-    const int64_t c_out_per_group = weight.size(1);
-    auto k = weight.sizes().slice(2);
-    grad_weight =
-        forward_grad.flip({2, 3, 4})
-            .reshape({p.groups, c_out_per_group, weight.size(0) / p.groups, k[0], k[1], k[2]})
-            .transpose(1, 2)
-            .reshape(weight.sizes())
-            .contiguous(weight.suggest_memory_format());
+    grad_weight = transposed_weight_of_forward(forward_grad, p.groups, weight.sizes())
+                      .contiguous(weight.suggest_memory_format());
   }
   if (output_mask[2] && has_bias) {
     grad_bias = grad_y.sum({0, 2, 3, 4});
   }
   return {grad_input, grad_weight, grad_bias};
+}
+
+// conv_output_is_channels_last for the path select_conv_path chose: the float32 CUDA rewrites
+// of transposed convolutions compute NDHWC.
+bool computes_channels_last(const at::Tensor& input, ConvPath path) {
+  return input.is_cuda() && input.scalar_type() == at::kFloat &&
+         (path == ConvPath::kTransposedAsForward ||
+          path == ConvPath::kTransposedAsForwardSplitTf32);
 }
 
 }  // namespace
@@ -435,11 +449,7 @@ ConvPath select_conv_path(const at::Tensor& input, const at::Tensor& weight, con
 
 bool conv_output_is_channels_last(const at::Tensor& input, const at::Tensor& weight,
                                   const Conv3dParams& p, ConvConsumer consumer) {
-  if (!input.is_cuda() || input.scalar_type() != at::kFloat) {
-    return false;
-  }
-  const ConvPath path = select_conv_path(input, weight, p, consumer);
-  return path == ConvPath::kTransposedAsForward || path == ConvPath::kTransposedAsForwardSplitTf32;
+  return computes_channels_last(input, select_conv_path(input, weight, p, consumer));
 }
 
 at::Tensor run_conv3d(const at::Tensor& unaligned_input, const at::Tensor& unaligned_weight,
@@ -448,10 +458,11 @@ at::Tensor run_conv3d(const at::Tensor& unaligned_input, const at::Tensor& unali
   const bool cuda = unaligned_input.is_cuda();
   const at::Tensor input = cuda ? aligned_16(unaligned_input) : unaligned_input;
   const at::Tensor weight = cuda ? aligned_16(unaligned_weight) : unaligned_weight;
-  const bool as_computed = layout == ConvOutputLayout::kAsComputed &&
-                           conv_output_is_channels_last(input, weight, p, consumer);
+  const ConvPath path = select_conv_path(input, weight, p, consumer);
+  const bool as_computed =
+      layout == ConvOutputLayout::kAsComputed && computes_channels_last(input, path);
   at::Tensor output;
-  switch (select_conv_path(input, weight, p, consumer)) {
+  switch (path) {
     case ConvPath::kAtenFloat32: {
       // Exactly at::convolution, but with float32 products whatever the TF32 flag says.
       auto& ctx = at::globalContext();
