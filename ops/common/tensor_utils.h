@@ -59,12 +59,19 @@ inline at::Tensor empty_stats(const at::Tensor& input, const c10::SymInt& rows,
 }
 
 // The (grad_input, grad_weight, grad_bias) a GroupNorm-family backward writes, as output_mask
-// asks: grad_input contiguous and shaped like the input (empty_output_like), grad_weight (only
-// with a weight) and grad_bias zero-filled (C,) (zero is also their value for an empty batch).
+// asks: grad_input shaped like the input in `grad_input_format` (contiguous: empty_output_like),
+// grad_weight (only with a weight) and grad_bias zero-filled (C,) (zero is also their value
+// for an empty batch).
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> allocate_norm_grads(
-    const at::Tensor& input, const c10::SymInt& C, bool has_weight,
-    std::array<bool, 3> output_mask) {
-  return {output_mask[0] ? empty_output_like(input) : at::Tensor(),
+    const at::Tensor& input, const c10::SymInt& C, bool has_weight, std::array<bool, 3> output_mask,
+    at::MemoryFormat grad_input_format) {
+  const auto empty_grad_input = [&] {
+    return grad_input_format == at::MemoryFormat::Contiguous
+               ? empty_output_like(input)
+               : at::empty_symint(input.sym_sizes(),
+                                  input.options().memory_format(grad_input_format));
+  };
+  return {output_mask[0] ? empty_grad_input() : at::Tensor(),
           output_mask[1] && has_weight ? at::zeros_symint({C}, input.options()) : at::Tensor(),
           output_mask[2] ? at::zeros_symint({C}, input.options()) : at::Tensor()};
 }

@@ -62,11 +62,7 @@ inline NormBackwardTensors prepare_norm_backward(
   NormBackwardTensors t;
   t.weight = contiguous_or_undefined(weight);
   std::tie(t.grad_input, t.grad_weight, t.grad_bias) =
-      allocate_norm_grads(input, shape.C, t.weight.defined(), output_mask);
-  if (t.grad_input.defined() && grad_input_format != at::MemoryFormat::Contiguous) {
-    t.grad_input =
-        at::empty_symint(input.sym_sizes(), input.options().memory_format(grad_input_format));
-  }
+      allocate_norm_grads(input, shape.C, t.weight.defined(), output_mask, grad_input_format);
   t.run_kernel = !input.is_meta() && input.numel() > 0 &&
                  (t.grad_input.defined() || t.grad_weight.defined() || t.grad_bias.defined());
   if (t.run_kernel) {
