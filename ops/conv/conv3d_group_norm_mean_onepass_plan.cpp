@@ -20,9 +20,12 @@
 // (FFMA, rounding every step) the longer ones.
 //
 // Box choice: every block runs `capacity` position slots, whatever the box's volume, so the
-// plan minimises (boxes per sample) * (slot work + footprint loads) over the boxes that fit:
-// the widest useful rows first (TW = Wo up to 64, else 32, 16, 8), then the (TD, TH) with the
-// fewest boxes.
+// plan minimises (boxes per sample) * (slot work + footprint loads) over the boxes that fit
+// (TW = Wo up to 64, else 32, 16, 8, and every (TD, TH)), a footprint that the tensor-core
+// kernel loads as whole input rows by 16-byte copies counting a quarter of the per-element
+// walk. (At the Conv3d headline that picks 2 x 8 x 30 boxes of whole 32-float rows over
+// 2 x 15 x 16 ones: the per-element walk was ~40% of the kernel's instructions, ncu on an
+// H100, 2026-11-23.)
 #include "conv/conv_kernels.h"
 
 #include <algorithm>
@@ -100,10 +103,15 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
           continue;
         }
         const int64_t boxes = ceil_div(s.Do, TD) * ceil_div(s.Ho, TH) * ceil_div(s.Wo, TW);
-        // Per box: the slots' multiply-adds, and the footprint's loads (a load ~ 8 of them).
+        // Per box: the slots' multiply-adds, and the footprint's loads (a load ~ 8 of them;
+        // where the tensor-core kernel loads whole input rows by 16-byte copies, a quarter of
+        // that; at run time it also needs x 16-byte aligned).
+        const bool whole_rows =
+            plan.tensor_cores && boxes_are_whole_input_rows(s, FW, ceil_div(s.Wo, TW));
+        const double load_cost = whole_rows ? 2.0 : 8.0;
         const double cost =
             static_cast<double>(boxes) * (static_cast<double>(plan.capacity * plan.K * plan.cb) +
-                                          8.0 * static_cast<double>(footprint));
+                                          load_cost * static_cast<double>(footprint));
         if (cost < best_cost) {
           best_cost = cost;
           plan.TD = TD;

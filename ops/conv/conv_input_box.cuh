@@ -132,7 +132,7 @@ __device__ __forceinline__ void load_full_input_rows_async(const float* __restri
 // output's width): x's data 16-byte aligned, the shared box too (its offset a multiple of 16).
 __host__ __device__ inline bool full_input_rows(const conv::Conv3dShape& s, int64_t FW,
                                                 int64_t boxes_w, const void* x) {
-  return boxes_w == 1 && s.padding[2] == 0 && FW == s.W && s.W % 4 == 0 && s.W <= 128 &&
+  return conv::boxes_are_whole_input_rows(s, FW, boxes_w) &&
          reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 

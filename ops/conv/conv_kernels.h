@@ -3,6 +3,7 @@
 // (ops/conv/*.cpp) and the CUDA kernels (ops/conv/*_cuda.cu).
 #pragma once
 
+#include "common/host_device.h"
 #include "common/kernel_types.h"
 
 #include <cstddef>
@@ -71,6 +72,14 @@ struct OnePassPlan {
   size_t koff_offset = 0, footprint_offset = 0, scratch_offset = 0, smem_bytes = 0;
   size_t workspace_bytes = 0;
 };
+
+// Whether the boxes of a one-pass plan are whole input rows, FW x positions from input column
+// 0 (one box spans the output's width, no padding along W): with x 16-byte aligned, the
+// tensor-core kernel then loads them by 16-byte copies (conv_input_box.cuh, full_input_rows).
+FUSED_OPS_HOST_DEVICE bool boxes_are_whole_input_rows(const Conv3dShape& s, int64_t FW,
+                                                      int64_t boxes_w) {
+  return boxes_w == 1 && s.padding[2] == 0 && FW == s.W && s.W % 4 == 0 && s.W <= 128;
+}
 
 // The largest reduction length (C_in / groups * kD * kH * kW) of the one-pass family, and of
 // its tensor-core kernel (see conv3d_group_norm_mean_onepass_plan.cpp).
