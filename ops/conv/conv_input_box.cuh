@@ -87,10 +87,10 @@ __device__ __forceinline__ void load_input_box_async(const float* __restrict__ s
 // The same where every box row is a whole input row, 16-byte aligned: FW == W, iw0 == 0, W a
 // multiple of 4 and at most 128, rows 16-byte aligned (the caller checks: full_input_rows).
 // A row takes W / 4 lanes, each one 16-byte copy, so a warp moves 32 / (W / 4) rows per
-// instruction instead of one element per lane (the walk above issues ~90 instructions per
-// 32-float row). Measured at the Conv3d headline (H100, 2026-11-22): the tensor-core forward
-// 0.419 -> 0.411 ms; the footprint loads are a large share of its instructions but not what
-// bounds it (benchmarks/h100-2026-11-22-ndhwc).
+// instruction instead of one element per lane (the walk above issues ~75-90 instructions per
+// row). The plan prefers boxes that allow it (conv3d_group_norm_mean_onepass_plan.cpp):
+// measured at the Conv3d headline (H100, 2026-11-23), the tensor-core forward 0.419 -> 0.324
+// ms (benchmarks/h100-2026-11-23-whole-rows).
 __device__ __forceinline__ void load_full_input_rows_async(const float* __restrict__ sample,
                                                            float* x_s, const conv::Conv3dShape& s,
                                                            const InputBox& box) {
