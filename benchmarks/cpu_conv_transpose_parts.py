@@ -30,7 +30,7 @@ sys.path.insert(0, HERE)
 if importlib.util.find_spec("fused_ops") is None:  # not installed: the source checkout's
     sys.path.insert(0, os.path.dirname(HERE))
 from timing import CpuContention, time_interleaved  # noqa: E402
-from workloads import CPU_SWEEP_SIZES  # noqa: E402
+from workloads import CPU_SWEEP_SIZES, randomise_  # noqa: E402
 
 import fused_ops  # noqa: E402
 from fused_ops import reference  # noqa: E402
@@ -43,10 +43,7 @@ def cases():
 def build(init, shape, seed=0):
     torch.manual_seed(seed)
     eager = reference.ConvTranspose3dReLUGroupNorm(**init)
-    with torch.no_grad():
-        gn = eager.group_norm
-        gn.weight.copy_(1.0 + 0.5 * torch.randn(gn.weight.shape))
-        gn.bias.copy_(0.5 * torch.randn(gn.bias.shape))
+    randomise_(eager, seed + 1)  # as bench.py's Built: random GroupNorm affine and conv bias
     fused = fused_ops.ConvTranspose3dReLUGroupNorm(**init)
     fused.load_state_dict(eager.state_dict())
     x = torch.randn(shape)
