@@ -2,6 +2,7 @@
 // forward and backward (input, conv weight, conv bias, GN weight, GN bias) against float64
 // ATen references (at::conv_transpose3d / at::conv3d, at::relu, at::group_norm, .mean).
 // Also: non-contiguous parameters and broadcast grad_outputs for every operator.
+#include "conv/conv_kernels.h"
 #include "test_utils.h"
 
 using namespace fused_ops_test;
@@ -205,4 +206,38 @@ TEST_CASE("debug queries name the kernels a call runs (CPU: ATen's convolution)"
   // The query checks the arguments as the operator does.
   REQUIRE_C10_ERROR(fused_ops::api::group_norm_mean_path(x, 4),
                     FUSED_CONTAINS("divisible by num_groups"));
+}
+
+// The one-pass plans are plain host logic: what they decide holds on any machine.
+TEST_CASE("one-pass conv3d_group_norm_mean plans at the headline", "[conv][cpu][onepass]") {
+  using fused_ops::ScalarKind;
+  namespace conv = fused_ops::conv;
+  // x (128, 3, 24, 32, 32), Conv3d 3 -> 24, k = 3.
+  const conv::Conv3dShape s{128, 3,  24, 32, 32,        24,        3,         3,
+                            3,   22, 30, 30, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, 1};
+  constexpr size_t kTwoBlocks = 112 * 1024;  // what two blocks per H100 SM may take
+  for (const ScalarKind dtype :
+       {ScalarKind::kFloat, ScalarKind::kDouble, ScalarKind::kHalf, ScalarKind::kBFloat16}) {
+    for (const bool device_tensor_cores : {true, false}) {
+      INFO("dtype " << static_cast<int>(dtype) << ", tensor cores " << device_tensor_cores);
+      const conv::OnePassPlan forward =
+          conv::plan_conv3d_group_norm_mean_onepass(s, dtype, kTwoBlocks, device_tensor_cores);
+      REQUIRE(forward.supported);
+      CHECK(forward.tensor_cores == (dtype == ScalarKind::kFloat && device_tensor_cores));
+      CHECK(forward.smem_bytes <= kTwoBlocks);
+      const conv::OnePassBackwardPlan backward =
+          conv::plan_conv3d_group_norm_mean_onepass_backward(s, dtype, kTwoBlocks);
+      REQUIRE(backward.supported);
+      CHECK(backward.smem_bytes <= kTwoBlocks);
+      CHECK(backward.tiles == s.N * backward.boxes);
+      // Every input position lies in exactly one box.
+      CHECK(backward.boxes_d * backward.BD >= s.D);
+      CHECK((backward.boxes_d - 1) * backward.BD < s.D);
+    }
+  }
+  // The tensor-core forward's boxes are whole input rows (loaded by 16-byte row copies).
+  const conv::OnePassPlan headline =
+      conv::plan_conv3d_group_norm_mean_onepass(s, ScalarKind::kFloat, kTwoBlocks, true);
+  CHECK(conv::boxes_are_whole_input_rows(s, headline.FW, headline.boxes_w));
+  CHECK(headline.FW == 32);
 }

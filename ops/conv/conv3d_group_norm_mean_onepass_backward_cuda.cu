@@ -19,19 +19,22 @@
 //    in a fixed assignment. Per tile, the block
 //      * lists the region of output positions whose gradient reaches the box (per dim, the s
 //        with s * stride - padding + k * dilation inside the box for some tap k), each with its
-//        offset in the region's input footprint and whether the box owns it (its first tap
-//        inside the input lies in the box: every output with a tap inside the input has
-//        exactly one owner; one without contributes nothing);
-//      * loads the footprint into shared memory (zero outside the input);
+//        offset in the region's input footprint, and the sub-box of those the box owns (their
+//        first tap inside the input lies in the box: every output with a tap inside the input
+//        has exactly one owner; one without contributes nothing);
+//      * loads the footprint into shared memory (zero outside the input; float32 by
+//        asynchronous copies);
 //      * for each chunk of 8 output channels: recomputes the convolution over the region (each
-//        thread 4 positions x 8 channels, an outer product per tap in the accumulation type)
-//        and stores dy there; adds the box's input gradient
+//        thread 4 positions x 8 channels, an outer product per tap in the accumulation type:
+//        the direct forward kernel's arithmetic, whose statistics it must match) and stores dy
+//        there; adds the box's input gradient
 //          dx[ci, p] += sum over taps k with p = s * stride - padding + k * dilation, and the
 //                       8 channels c, of w[c, ci, k] * dy[c, s]
-//        (a thread per input position); and the weight gradient of the owned outputs
+//        (a thread per input position); and the weight gradient of the owned outputs (a
+//        sub-box of the region)
 //          dw[c, k] += sum over owned s of dy[c, s] * x[ci, s * stride - padding + k * dilation]
-//        (a thread per pair of taps and split of the region), added, in the block's fixed order,
-//        into the block's own slice of double partials;
+//        (8 lanes per 3 taps, each every 8th owned position, then butterflies), added, in a
+//        fixed order, into the block's own slice of double partials;
 //      * writes the box's input gradient (each input element belongs to one box).
 // 3. weight_grad_kernel: dweight = the blocks' partials summed in block order.
 // 4. param_grads_kernel: the bias and GroupNorm affine gradients, a warp per channel.
@@ -60,12 +63,17 @@ constexpr int kChannels = static_cast<int>(conv::kOnePassBackwardChannels);  // 
 static_assert(kChannels == 8, "the kernel moves a position's channels as 8 values");
 constexpr int kRecomputeSlots = 4;  // region positions per thread in a full pass
 constexpr int kBoxSlots = static_cast<int>(conv::kOnePassBackwardBoxCapacity) / kThreads;
-constexpr int kInputChannelsPerStep = 4;  // input-gradient channels a thread sums at once
+// Input-gradient channels a thread sums at once: 3, the headline's C_in / groups (4 would
+// waste a quarter of its products there).
+constexpr int kInputChannelsPerStep = 3;
 static_assert(kBoxSlots * kThreads == conv::kOnePassBackwardBoxCapacity,
               "the plan's box capacity is the input-gradient phase's slots");
-// A region table entry: the output's offset in the footprint, and kOwned where the box owns it.
-constexpr int kOwned = 1 << 30;
-constexpr int kOffsetMask = kOwned - 1;
+// The weight-gradient product: lanes that split one set of taps' owned positions (their sums
+// then meet in butterflies), and the taps of a set (x 8 channels of accumulators: fewer in
+// double, which would spill).
+constexpr int kWeightGradLanes = 8;
+template <typename acc_t>
+constexpr int kWeightGradTaps = sizeof(acc_t) == 8 ? 2 : 3;
 // Most bytes of weight-gradient partials (the grid shrinks to stay below).
 constexpr size_t kMaxPartialBytes = size_t{64} << 20;
 // Shared memory a block may take so that two fit on a Hopper or Ampere SM (the plan takes more,
@@ -122,6 +130,24 @@ __device__ __forceinline__ bool owns(const Span& sp, int s, int64_t k, int64_t s
   }
   const int p = first + skipped * dil;
   return p >= sp.p0 && p < sp.p0 + sp.n;
+}
+
+// The outputs of the region the box owns along one dim, [first, first + count): that first tap
+// only grows with s, so they are contiguous.
+struct OwnedRange {
+  int first, count;
+};
+
+__device__ inline OwnedRange owned_range(const Span& sp, int64_t k, int64_t stride, int64_t padding,
+                                         int64_t dilation) {
+  OwnedRange o{0, 0};
+  for (int r = 0; r < sp.r; ++r) {
+    if (owns(sp, sp.s0 + r, k, stride, padding, dilation)) {
+      o.first = o.count == 0 ? r : o.first;
+      ++o.count;
+    }
+  }
+  return o;
 }
 
 // The region output (index relative to the region) along one dim that input p reads through
@@ -243,14 +269,15 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
   const conv::Conv3dShape& s = a.p.conv;
   const conv::OnePassBackwardPlan& plan = a.plan;
   extern __shared__ __align__(16) unsigned char smem[];
-  acc_t* w_s = reinterpret_cast<acc_t*>(smem);                          // [K][8]
-  int* koff_s = reinterpret_cast<int*>(smem + plan.koff_offset);        // [K]
-  int* region_s = reinterpret_cast<int*>(smem + plan.region_offset);    // [region]
-  acc_t* x_s = reinterpret_cast<acc_t*>(smem + plan.footprint_offset);  // footprint
-  acc_t* dy_s = reinterpret_cast<acc_t*>(smem + plan.dy_offset);        // [region][8]
-  acc_t* dx_s = reinterpret_cast<acc_t*>(smem + plan.dx_offset);        // [c_in_g][box]
-  acc_t* dw_s = reinterpret_cast<acc_t*>(smem + plan.dw_offset);        // [splits][K][8]
-  acc_t* coef_s = reinterpret_cast<acc_t*>(smem + plan.coef_offset);    // [3][8]
+  acc_t* w_s = reinterpret_cast<acc_t*>(smem);                           // [K][8]
+  int* koff_s = reinterpret_cast<int*>(smem + plan.koff_offset);         // [K]
+  int* region_s = reinterpret_cast<int*>(smem + plan.region_offset);     // [region]
+  int* owned_list_s = reinterpret_cast<int*>(smem + plan.owned_offset);  // [<= region]
+  acc_t* x_s = reinterpret_cast<acc_t*>(smem + plan.footprint_offset);   // footprint
+  acc_t* dy_s = reinterpret_cast<acc_t*>(smem + plan.dy_offset);         // [region][8]
+  acc_t* dx_s = reinterpret_cast<acc_t*>(smem + plan.dx_offset);         // [c_in_g][box]
+  acc_t* coef_s = reinterpret_cast<acc_t*>(smem + plan.coef_offset);     // [3][8]
+  __shared__ OwnedRange owned_s[3];  // per dim (d, h, w): the outputs the box owns
 
   const int K = static_cast<int>(plan.K);
   const int c_in_g = static_cast<int>(plan.c_in_g);
@@ -263,6 +290,8 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
   T* dx = static_cast<T*>(a.p.dx);
   const bool want_dw = a.p.dweight != nullptr;
   double* dw_block = want_dw ? a.dw_partials + blockIdx.x * C_out * K : nullptr;
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
 
   for (int k = threadIdx.x; k < K; k += kThreads) {
     koff_s[k] = tap_offset_in_box(k, s, plan.FD, plan.FH, plan.FW);
@@ -272,7 +301,6 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
       dw_block[i] = 0.0;
     }
   }
-  const int splits = static_cast<int>(plan.dw_splits);
 
   for (int64_t tile = blockIdx.x; tile < plan.tiles; tile += gridDim.x) {
     const unsigned boxes = static_cast<unsigned>(plan.boxes);
@@ -294,20 +322,30 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
 
     for (int r = threadIdx.x; r < nreg; r += kThreads) {
       const int rd = r / (sh.r * sw.r), rh = (r / sw.r) % sh.r, rw = r % sw.r;
-      const int offset = static_cast<int>(
-          (rd * s.stride[0] * plan.FH + rh * s.stride[1]) * plan.FW + rw * s.stride[2]);
-      const bool owned = owns(sd, sd.s0 + rd, s.kD, s.stride[0], s.padding[0], s.dilation[0]) &&
-                         owns(sh, sh.s0 + rh, s.kH, s.stride[1], s.padding[1], s.dilation[1]) &&
-                         owns(sw, sw.s0 + rw, s.kW, s.stride[2], s.padding[2], s.dilation[2]);
-      region_s[r] = offset | (owned ? kOwned : 0);
+      region_s[r] = static_cast<int>((rd * s.stride[0] * plan.FH + rh * s.stride[1]) * plan.FW +
+                                     rw * s.stride[2]);
+    }
+    if (threadIdx.x == 0) {
+      owned_s[0] = owned_range(sd, s.kD, s.stride[0], s.padding[0], s.dilation[0]);
+    } else if (threadIdx.x == kWarpSize) {
+      owned_s[1] = owned_range(sh, s.kH, s.stride[1], s.padding[1], s.dilation[1]);
+    } else if (threadIdx.x == 2 * kWarpSize) {
+      owned_s[2] = owned_range(sw, s.kW, s.stride[2], s.padding[2], s.dilation[2]);
     }
     const T* sample = static_cast<const T*>(a.p.x) + (n * s.C_in + g * c_in_g) * s.D * s.H * s.W;
-    load_input_box(
-        sample, x_s, s,
-        InputBox{c_in_g, sd.s0 * static_cast<int>(s.stride[0]) - static_cast<int>(s.padding[0]),
-                 sh.s0 * static_cast<int>(s.stride[1]) - static_cast<int>(s.padding[1]),
-                 sw.s0 * static_cast<int>(s.stride[2]) - static_cast<int>(s.padding[2]),
-                 static_cast<int>(plan.FD), static_cast<int>(plan.FH), static_cast<int>(plan.FW)});
+    const InputBox footprint{c_in_g,
+                             sd.s0 * static_cast<int>(s.stride[0]) - static_cast<int>(s.padding[0]),
+                             sh.s0 * static_cast<int>(s.stride[1]) - static_cast<int>(s.padding[1]),
+                             sw.s0 * static_cast<int>(s.stride[2]) - static_cast<int>(s.padding[2]),
+                             static_cast<int>(plan.FD),
+                             static_cast<int>(plan.FH),
+                             static_cast<int>(plan.FW)};
+    if constexpr (std::is_same_v<T, float>) {
+      // (In flight while the chunk's weights load; waited for before the chunk's barrier.)
+      load_input_box_async(sample, x_s, s, footprint);
+    } else {
+      load_input_box(sample, x_s, s, footprint);
+    }
     // This thread's input positions of the box, for the input-gradient phase.
     BoxSlot box_slot[kBoxSlots];
 #pragma unroll
@@ -327,7 +365,7 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
       const int nc = min(kChannels, c_out_g - c_first);
       const int64_t c0 = g * c_out_g + c_first;
       if (chunk > 0) {
-        __syncthreads();  // the previous chunk is done with w_s, dy_s, dw_s, coef_s
+        __syncthreads();  // the previous chunk is done with w_s, dy_s, coef_s
       }
       for (int i = threadIdx.x; i < K * kChannels; i += kThreads) {
         const int k = i / kChannels, c = i % kChannels;
@@ -338,7 +376,20 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
         // A missing channel gets alpha = gamma = 0: dy = 0.
         coef_s[j * kChannels + c] = c < nc ? coefficients[3 * (n * C_out + c0 + c) + j] : acc_t(0);
       }
+      if constexpr (std::is_same_v<T, float>) {
+        cp_async_wait_all();  // this thread's footprint copies
+      }
       __syncthreads();
+      if (chunk == 0 && want_dw) {
+        // The owned sub-box's region indices, in order (published by the barrier after the
+        // recomputation, read by the weight-gradient product of every chunk).
+        const OwnedRange od = owned_s[0], oh = owned_s[1], ow = owned_s[2];
+        for (int u = threadIdx.x; u < od.count * oh.count * ow.count; u += kThreads) {
+          const int ud = u / (oh.count * ow.count), uh = (u / ow.count) % oh.count,
+                    uw = u % ow.count;
+          owned_list_s[u] = ((od.first + ud) * sh.r + oh.first + uh) * sw.r + ow.first + uw;
+        }
+      }
 
       // dy over the region.
       acc_t alpha[kChannels], m0[kChannels], gamma[kChannels];
@@ -354,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
 #pragma unroll
         for (int j = 0; j < kSlots; ++j) {
           const int r = base + threadIdx.x + j * kThreads;
-          offset[j] = r < nreg ? (region_s[r] & kOffsetMask) : 0;
+          offset[j] = r < nreg ? region_s[r] : 0;
         }
         acc_t acc[kSlots][kChannels];
 #pragma unroll
@@ -423,8 +474,25 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
               sum[j][i] = acc_t(0);
             }
           }
+          // (Each slot's region index along d, then d and h, is formed once per tap of that
+          // dim: -1 where the tap reaches no region output.)
           for (int kd = 0; kd < kD; ++kd) {
+            int rd[kBoxSlots];
+#pragma unroll
+            for (int j = 0; j < kBoxSlots; ++j) {
+              rd[j] = box_slot[j].valid
+                          ? region_index<kUnitStride>(box_slot[j].pd, kd, sd, s.stride[0],
+                                                      s.padding[0], s.dilation[0])
+                          : -1;
+            }
             for (int kh = 0; kh < kH; ++kh) {
+              int rdh[kBoxSlots];
+#pragma unroll
+              for (int j = 0; j < kBoxSlots; ++j) {
+                const int rh = region_index<kUnitStride>(box_slot[j].ph, kh, sh, s.stride[1],
+                                                         s.padding[1], s.dilation[1]);
+                rdh[j] = rd[j] >= 0 && rh >= 0 ? (rd[j] * sh.r + rh) * sw.r : -1;
+              }
               for (int kw = 0; kw < kW; ++kw) {
                 const acc_t* w_tap = w_s + (ci0 * taps + (kd * kH + kh) * kW + kw) * kChannels;
                 acc_t w[kInputChannelsPerStep][kChannels];
@@ -441,20 +509,13 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
                 }
 #pragma unroll
                 for (int j = 0; j < kBoxSlots; ++j) {
-                  if (!box_slot[j].valid) {
-                    continue;
-                  }
-                  const int rd = region_index<kUnitStride>(box_slot[j].pd, kd, sd, s.stride[0],
-                                                           s.padding[0], s.dilation[0]);
-                  const int rh = region_index<kUnitStride>(box_slot[j].ph, kh, sh, s.stride[1],
-                                                           s.padding[1], s.dilation[1]);
                   const int rw = region_index<kUnitStride>(box_slot[j].pw, kw, sw, s.stride[2],
                                                            s.padding[2], s.dilation[2]);
-                  if (rd < 0 || rh < 0 || rw < 0) {
+                  if (rdh[j] < 0 || rw < 0) {
                     continue;
                   }
                   acc_t dyv[kChannels];
-                  load_dy(dy_s, (rd * sh.r + rh) * sw.r + rw, dyv);
+                  load_dy(dy_s, rdh[j] + rw, dyv);
 #pragma unroll
                   for (int i = 0; i < kInputChannelsPerStep; ++i) {
 #pragma unroll
@@ -480,55 +541,61 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
         }
       }
 
-      // The weight gradient of the outputs the box owns: a thread per pair of taps and split
-      // of the region (the pair shares each position's dy loads).
+      // The weight gradient of the outputs the box owns (a sub-box of the region): a set of
+      // kWeightGradLanes lanes per kWeightGradTaps consecutive taps, each lane every 8th owned
+      // position (consecutive lanes, consecutive positions: their loads spread over the
+      // banks) with the taps x 8 channels in registers; the lanes' sums then meet in
+      // butterflies, in double, and lane 0 of the set adds them into the block's partials
+      // (which no other thread of the block touches meanwhile).
       if (want_dw) {
-        const int pairs = (K + 1) / 2;
-        const int len = (nreg + splits - 1) / splits;
-        for (int u = threadIdx.x; u < pairs * splits; u += kThreads) {
-          const int k0 = 2 * (u % pairs), part = u / pairs;
-          const bool has_k1 = k0 + 1 < K;
-          const int koff0 = koff_s[k0];
-          const int koff1 = has_k1 ? koff_s[k0 + 1] : koff0;
-          const int r_end = min(nreg, (part + 1) * len);
-          acc_t acc0[kChannels], acc1[kChannels];
+        constexpr int kSetsPerWarp = kWarpSize / kWeightGradLanes;
+        const int tap_sets = (K + kWeightGradTaps<acc_t> - 1) / kWeightGradTaps<acc_t>;
+        const int owned = owned_s[0].count * owned_s[1].count * owned_s[2].count;
+        const int sub = lane % kWeightGradLanes;
+        for (int set0 = warp * kSetsPerWarp; set0 < tap_sets;
+             set0 += kWarpsPerBlock * kSetsPerWarp) {
+          // (The loop and the butterflies run in whole warps; sets past the last compute 0.)
+          const int k0 = (set0 + lane / kWeightGradLanes) * kWeightGradTaps<acc_t>;
+          int koff[kWeightGradTaps<acc_t>];
 #pragma unroll
-          for (int c = 0; c < kChannels; ++c) {
-            acc0[c] = acc_t(0);
-            acc1[c] = acc_t(0);
+          for (int j = 0; j < kWeightGradTaps<acc_t>; ++j) {
+            koff[j] = k0 + j < K ? koff_s[k0 + j] : 0;
           }
-          for (int r = part * len; r < r_end; ++r) {
-            const int entry = region_s[r];
-            if (entry & kOwned) {
-              const int offset = entry & kOffsetMask;
-              const acc_t x0 = x_s[offset + koff0];
-              const acc_t x1 = x_s[offset + koff1];
-              acc_t dyv[kChannels];
-              load_dy(dy_s, r, dyv);
+          acc_t acc[kWeightGradTaps<acc_t>][kChannels];
+#pragma unroll
+          for (int j = 0; j < kWeightGradTaps<acc_t>; ++j) {
+#pragma unroll
+            for (int c = 0; c < kChannels; ++c) {
+              acc[j][c] = acc_t(0);
+            }
+          }
+          for (int u = sub; u < owned; u += kWeightGradLanes) {
+            const int r = owned_list_s[u];
+            const int offset = region_s[r];
+            acc_t dyv[kChannels];
+            load_dy(dy_s, r, dyv);
+#pragma unroll
+            for (int j = 0; j < kWeightGradTaps<acc_t>; ++j) {
+              const acc_t xv = x_s[offset + koff[j]];
 #pragma unroll
               for (int c = 0; c < kChannels; ++c) {
-                acc0[c] += dyv[c] * x0;
-                acc1[c] += dyv[c] * x1;
+                acc[j][c] += dyv[c] * xv;
               }
             }
           }
 #pragma unroll
-          for (int c = 0; c < kChannels; ++c) {
-            dw_s[(part * K + k0) * kChannels + c] = acc0[c];
-            if (has_k1) {
-              dw_s[(part * K + k0 + 1) * kChannels + c] = acc1[c];
+          for (int j = 0; j < kWeightGradTaps<acc_t>; ++j) {
+#pragma unroll
+            for (int c = 0; c < kChannels; ++c) {
+              double total = static_cast<double>(acc[j][c]);
+#pragma unroll
+              for (int offset = 1; offset < kWeightGradLanes; offset <<= 1) {
+                total += __shfl_xor_sync(0xffffffffu, total, offset);
+              }
+              if (sub == 0 && k0 + j < K && c < nc) {
+                dw_block[(c0 + c) * K + k0 + j] += total;
+              }
             }
-          }
-        }
-        __syncthreads();
-        for (int e = threadIdx.x; e < K * kChannels; e += kThreads) {
-          const int k = e / kChannels, c = e % kChannels;
-          if (c < nc) {
-            double total = 0.0;
-            for (int part = 0; part < splits; ++part) {
-              total += static_cast<double>(dw_s[(part * K + k) * kChannels + c]);
-            }
-            dw_block[(c0 + c) * K + k] += total;
           }
         }
       }

@@ -244,7 +244,18 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_direct_kernel(const Kerne
       }
       loaded_chunk = t.chunk;
     }
-    load_input_box(group_input<T>(a.p.x, t, plan, s), x_s, s, footprint_of(t, plan, s));
+    if constexpr (std::is_same_v<T, float>) {
+      if (a.full_rows) {
+        load_full_input_rows_async(group_input<float>(a.p.x, t, plan, s), x_s, s,
+                                   footprint_of(t, plan, s));
+      } else {
+        load_input_box_async(group_input<float>(a.p.x, t, plan, s), x_s, s,
+                             footprint_of(t, plan, s));
+      }
+      cp_async_wait_all();
+    } else {
+      load_input_box(group_input<T>(a.p.x, t, plan, s), x_s, s, footprint_of(t, plan, s));
+    }
     __syncthreads();
 
     unsigned valid = 0;  // bit j: position j is an output

@@ -104,10 +104,10 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
         }
         const int64_t boxes = ceil_div(s.Do, TD) * ceil_div(s.Ho, TH) * ceil_div(s.Wo, TW);
         // Per box: the slots' multiply-adds, and the footprint's loads (a load ~ 8 of them;
-        // where the tensor-core kernel loads whole input rows by 16-byte copies, a quarter of
-        // that; at run time it also needs x 16-byte aligned).
+        // where a float32 kernel loads whole input rows by 16-byte copies, a quarter of that;
+        // at run time it also needs x 16-byte aligned).
         const bool whole_rows =
-            plan.tensor_cores && boxes_are_whole_input_rows(s, FW, ceil_div(s.Wo, TW));
+            dtype == ScalarKind::kFloat && boxes_are_whole_input_rows(s, FW, ceil_div(s.Wo, TW));
         const double load_cost = whole_rows ? 2.0 : 8.0;
         const double cost =
             static_cast<double>(boxes) * (static_cast<double>(plan.capacity * plan.K * plan.cb) +
@@ -175,8 +175,6 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
     return plan;
   }
   plan.chunks = ceil_div(plan.c_out_g, cb);
-  // The weight-gradient product's units: pairs of taps x splits of the region, ~256 of them.
-  plan.dw_splits = std::max<int64_t>(1, 256 / ceil_div(plan.K, 2));
   plan.koff_offset = round_up_16(plan.K * cb * acc_bytes);
   plan.region_offset = plan.koff_offset + round_up_16(plan.K * sizeof(int));
 
@@ -201,16 +199,15 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
         const int64_t region = RD * RH * RW;
         const int64_t footprint = plan.c_in_g * FD * FH * FW;
         const int64_t box = BD * BH * BW;
-        // (Offsets into the footprint are 30-bit: the region table keeps a flag in bit 30.)
+        // (Offsets into the footprint are ints, as are the region table's entries.)
         if (footprint >= (int64_t{1} << 30)) {
           continue;
         }
-        const size_t footprint_offset = plan.region_offset + round_up_16(region * sizeof(int));
+        const size_t owned_offset = plan.region_offset + round_up_16(region * sizeof(int));
+        const size_t footprint_offset = owned_offset + round_up_16(region * sizeof(int));
         const size_t dy_offset = footprint_offset + round_up_16(footprint * acc_bytes);
         const size_t dx_offset = dy_offset + round_up_16(region * cb * acc_bytes);
-        const size_t dw_offset = dx_offset + round_up_16(plan.c_in_g * box * acc_bytes);
-        const size_t coef_offset =
-            dw_offset + round_up_16(plan.dw_splits * plan.K * cb * acc_bytes);
+        const size_t coef_offset = dx_offset + round_up_16(plan.c_in_g * box * acc_bytes);
         const size_t smem = coef_offset + round_up_16(3 * cb * acc_bytes);
         if (smem > smem_limit) {
           continue;
@@ -235,10 +232,10 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
           plan.FH = FH;
           plan.FW = FW;
           plan.footprint = footprint;
+          plan.owned_offset = owned_offset;
           plan.footprint_offset = footprint_offset;
           plan.dy_offset = dy_offset;
           plan.dx_offset = dx_offset;
-          plan.dw_offset = dw_offset;
           plan.coef_offset = coef_offset;
           plan.smem_bytes = smem;
         }

@@ -21,10 +21,12 @@ struct InputBox {
   int FD, FH, FW;
 };
 
-// Walks the box, one (channel, fd, fh) row per warp at a time, rows along W so that warps read
-// coalesced (the row indices advance by carries, not divisions): put(i, src, inside) for box
-// element i ([channel][fd][fh][fw] order), whose input is *src where `inside` (else zero: the
-// padding; src is then `sample`). `sample` points at the box's first channel.
+// Walks the box by (channel, fd, fh) rows, rows along W so that warps read coalesced: a warp
+// takes 32 / FW rows at a time where they are that short (FW <= 16; lane l takes element
+// l % FW of row l / FW), else one, and the row indices advance by carries, not divisions.
+// put(i, src, inside) for box element i ([channel][fd][fh][fw] order), whose input is *src
+// where `inside` (else zero: the padding; src is then `sample`). `sample` points at the box's
+// first channel.
 template <typename T, typename Put>
 __device__ __forceinline__ void walk_input_box(const T* __restrict__ sample,
                                                const conv::Conv3dShape& s, const InputBox& box,
@@ -32,22 +34,30 @@ __device__ __forceinline__ void walk_input_box(const T* __restrict__ sample,
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);
-  int fh = warp % box.FH;
-  int plane = warp / box.FH;  // channel * FD + fd
+  const int rows_per_warp = box.FW <= kWarpSize / 2 ? kWarpSize / box.FW : 1;
+  const int sub_row = rows_per_warp > 1 ? lane / box.FW : 0;
+  const int first_fw = rows_per_warp > 1 ? lane % box.FW : lane;
+  if (sub_row >= rows_per_warp) {
+    return;  // lanes left over when FW does not divide 32
+  }
+  const int step = kWarpsPerBlock * rows_per_warp;
+  int r = warp * rows_per_warp + sub_row;
+  int fh = r % box.FH;
+  int plane = r / box.FH;  // channel * FD + fd
   int fd = plane % box.FD;
   int ci = plane / box.FD;
-  for (int r = warp; ci < box.channels; r += kWarpsPerBlock) {
+  for (; ci < box.channels; r += step) {
     const int id = box.id0 + fd;
     const int ih = box.ih0 + fh;
     const bool row_inside = id >= 0 && id < D && ih >= 0 && ih < H;
     const T* src =
         sample + (static_cast<int64_t>(ci) * D + id) * H * W + static_cast<int64_t>(ih) * W;
-    for (int fw = lane; fw < box.FW; fw += kWarpSize) {
+    for (int fw = first_fw; fw < box.FW; fw += kWarpSize) {
       const int iw = box.iw0 + fw;
       const bool inside = row_inside && iw >= 0 && iw < W;
       put(r * box.FW + fw, inside ? src + iw : sample, inside);
     }
-    fh += kWarpsPerBlock;
+    fh += step;
     while (fh >= box.FH) {
       fh -= box.FH;
       if (++fd == box.FD) {

@@ -75,7 +75,7 @@ struct OnePassPlan {
 
 // Whether the boxes of a one-pass plan are whole input rows, FW x positions from input column
 // 0 (one box spans the output's width, no padding along W): with x 16-byte aligned, the
-// tensor-core kernel then loads them by 16-byte copies (conv_input_box.cuh, full_input_rows).
+// float32 kernels then load them by 16-byte copies (conv_input_box.cuh, full_input_rows).
 FUSED_OPS_HOST_DEVICE bool boxes_are_whole_input_rows(const Conv3dShape& s, int64_t FW,
                                                       int64_t boxes_w) {
   return boxes_w == 1 && s.padding[2] == 0 && FW == s.W && s.W % 4 == 0 && s.W <= 128;
@@ -148,13 +148,12 @@ struct OnePassBackwardPlan {
   int64_t RD = 0, RH = 0, RW = 0, region = 0;
   int64_t FD = 0, FH = 0, FW = 0, footprint = 0;
   int64_t boxes_d = 0, boxes_h = 0, boxes_w = 0, boxes = 0;
-  int64_t tiles = 0;      // N * groups * boxes
-  int64_t dw_splits = 0;  // thread groups that split the region in the weight-gradient product
+  int64_t tiles = 0;  // N * groups * boxes
   // Shared memory, in bytes: the chunk's weights at 0 ([K][8]), then the taps' offsets [K],
-  // the region table [region], the footprint, the output gradient [region][8], the input
-  // gradient [c_in_g][box], the weight-gradient splits [dw_splits][K][8], the coefficients.
-  size_t koff_offset = 0, region_offset = 0, footprint_offset = 0, dy_offset = 0, dx_offset = 0,
-         dw_offset = 0, coef_offset = 0, smem_bytes = 0;
+  // the region table [region], the owned outputs' region indices [region], the footprint, the
+  // output gradient [region][8], the input gradient [c_in_g][box], the coefficients.
+  size_t koff_offset = 0, region_offset = 0, owned_offset = 0, footprint_offset = 0, dy_offset = 0,
+         dx_offset = 0, coef_offset = 0, smem_bytes = 0;
 };
 
 // Output channels per step of the backward kernel.
