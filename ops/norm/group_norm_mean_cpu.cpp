@@ -182,7 +182,7 @@ void backward_kernel(const GroupNormMeanBackwardParams& p) {
     const cpu::RowOps<scalar_t>& ops = cpu::row_ops<scalar_t>();
     const int64_t dx_bytes = rows * s.HxW * static_cast<int64_t>(sizeof(scalar_t));
     cpu::advise_huge_pages(dx, dx_bytes);
-    const auto affine = dx_bytes >= cpu::kStreamingStoreBytes ? ops.affine_streaming : ops.affine;
+    const auto affine = cpu::loop_for_output(dx_bytes, ops.affine, ops.affine_streaming);
     cpu::parallel_over_chunks(
         rows, s.HxW, [&](int64_t first, int64_t count, int64_t b, int64_t len) {
           const int64_t offset = first * s.HxW + b;

@@ -83,7 +83,7 @@ void forward_kernel(const ReluGroupNormForwardParams& p) {
   const cpu::RowPieces pieces(Cg, HxW);
   // A large y goes to memory with streaming stores (norm_cpu_utils.h: kStreamingStoreBytes).
   const auto relu_affine =
-      y_bytes >= cpu::kStreamingStoreBytes ? ops.relu_affine_streaming : ops.relu_affine;
+      cpu::loop_for_output(y_bytes, ops.relu_affine, ops.relu_affine_streaming);
   auto write = [&](int64_t ng, int64_t q) {
     const cpu::RowPiece piece = pieces[q];
     const int64_t row = ng * Cg + piece.first;
@@ -168,9 +168,8 @@ void backward_kernel(const ReluGroupNormBackwardParams& p) {
       }
     };
     // dx over piece q of the group's rows: dr masked by x > 0.
-    const auto relu_affine_backward = dx_bytes >= cpu::kStreamingStoreBytes
-                                          ? ops.relu_affine_backward_streaming
-                                          : ops.relu_affine_backward;
+    const auto relu_affine_backward = cpu::loop_for_output(dx_bytes, ops.relu_affine_backward,
+                                                           ops.relu_affine_backward_streaming);
     auto write = [&](int64_t ng, int64_t q) {
       const cpu::RowPiece piece = pieces[q];
       const int64_t row = ng * Cg + piece.first;
