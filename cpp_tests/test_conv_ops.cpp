@@ -212,9 +212,15 @@ TEST_CASE("debug queries name the kernels a call runs (CPU: ATen's convolution)"
 TEST_CASE("one-pass conv3d_group_norm_mean plans at the headline", "[conv][cpu][onepass]") {
   using fused_ops::ScalarKind;
   namespace conv = fused_ops::conv;
-  // x (128, 3, 24, 32, 32), Conv3d 3 -> 24, k = 3.
-  const conv::Conv3dShape s{128, 3,  24, 32, 32,        24,        3,         3,
-                            3,   22, 30, 30, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, 1};
+  // x (128, 3, 24, 32, 32), Conv3d 3 -> 24, k = 3, stride 1, no padding.
+  conv::Conv3dShape s{};
+  s.N = 128, s.C_in = 3, s.D = 24, s.H = 32, s.W = 32;
+  s.C_out = 24, s.kD = 3, s.kH = 3, s.kW = 3;
+  s.Do = 22, s.Ho = 30, s.Wo = 30;
+  for (int i = 0; i < 3; ++i) {
+    s.stride[i] = 1, s.padding[i] = 0, s.dilation[i] = 1;
+  }
+  s.groups = 1;
   constexpr size_t kTwoBlocks = 112 * 1024;  // what two blocks per H100 SM may take
   for (const ScalarKind dtype :
        {ScalarKind::kFloat, ScalarKind::kDouble, ScalarKind::kHalf, ScalarKind::kBFloat16}) {
@@ -225,16 +231,31 @@ TEST_CASE("one-pass conv3d_group_norm_mean plans at the headline", "[conv][cpu][
       REQUIRE(forward.supported);
       CHECK(forward.tensor_cores == (dtype == ScalarKind::kFloat && device_tensor_cores));
       CHECK(forward.smem_bytes <= kTwoBlocks);
-      const conv::OnePassBackwardPlan backward =
-          conv::plan_conv3d_group_norm_mean_onepass_backward(s, dtype, kTwoBlocks);
-      REQUIRE(backward.supported);
-      CHECK(backward.smem_bytes <= kTwoBlocks);
-      CHECK(backward.tiles == s.N * backward.boxes);
-      // Every input position lies in exactly one box.
-      CHECK(backward.boxes_d * backward.BD >= s.D);
-      CHECK((backward.boxes_d - 1) * backward.BD < s.D);
     }
+    const conv::OnePassBackwardPlan backward =
+        conv::plan_conv3d_group_norm_mean_onepass_backward(s, dtype, kTwoBlocks);
+    REQUIRE(backward.supported);
+    CHECK(backward.smem_bytes <= kTwoBlocks);
+    CHECK(backward.tiles == s.N * backward.boxes);
+    // Every input position lies in exactly one box.
+    CHECK(backward.boxes_d * backward.BD >= s.D);
+    CHECK((backward.boxes_d - 1) * backward.BD < s.D);
   }
+  // python_tests/test_conv3d_onepass.py's dilated, padded problem: x (2, 8, 32, 32, 32),
+  // 8 -> 16, k = 3, dilation 3, padding 3. Its backward boxes are thinner than the dilation
+  // along some dim, where the outputs a box owns are not one contiguous run (what that test
+  // checks the weight gradient of).
+  conv::Conv3dShape dilated = s;
+  dilated.N = 2, dilated.C_in = 8, dilated.C_out = 16;
+  dilated.D = dilated.H = dilated.W = 32;
+  dilated.Do = dilated.Ho = dilated.Wo = 32;  // 32 + 2 * 3 - 3 * 2
+  for (int i = 0; i < 3; ++i) {
+    dilated.padding[i] = 3, dilated.dilation[i] = 3;
+  }
+  const conv::OnePassBackwardPlan thin =
+      conv::plan_conv3d_group_norm_mean_onepass_backward(dilated, ScalarKind::kFloat, kTwoBlocks);
+  REQUIRE(thin.supported);
+  CHECK(std::min({thin.BD, thin.BH, thin.BW}) < 3);
   // The tensor-core forward's boxes are whole input rows (loaded by 16-byte row copies).
   const conv::OnePassPlan headline =
       conv::plan_conv3d_group_norm_mean_onepass(s, ScalarKind::kFloat, kTwoBlocks, true);

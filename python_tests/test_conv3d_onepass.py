@@ -149,6 +149,19 @@ def test_backward_random_problems(seed, dtype):
 
 
 @requires_cuda
+def test_backward_dilated_padded_thin_boxes():
+    """Dilation 3 with padding 3: the plan's boxes are thinner than the dilation along some
+    dim (cpp_tests/test_conv_ops.cpp checks the plan), where the outputs a box owns are not a
+    contiguous run (the first tap inside the input of an output whose first taps fall in the
+    padding cycles through [0, dilation)). Every gradient against float64."""
+    args = conv3d_args(
+        (2, 8, 32, 32, 32), 16, 3, 4, padding=3, dilation=3, device="cuda", requires_grad=True
+    )
+    assert fused_ops.dispatch_path(OP, *args) == "onepass"
+    check_against_reference(OP, args, grad_rtol=1e-4, grad_atol=5e-5)
+
+
+@requires_cuda
 def test_backward_partial_requires_grad():
     """Only some arguments need gradients: the kernels skip the others."""
     base = conv3d_args((2, 4, 7, 8, 9), 16, 3, 4, padding=1, device="cuda", requires_grad=False)

@@ -19,9 +19,9 @@
 //    in a fixed assignment. Per tile, the block
 //      * lists the region of output positions whose gradient reaches the box (per dim, the s
 //        with s * stride - padding + k * dilation inside the box for some tap k), each with its
-//        offset in the region's input footprint, and the sub-box of those the box owns (their
-//        first tap inside the input lies in the box: every output with a tap inside the input
-//        has exactly one owner; one without contributes nothing);
+//        offset in the region's input footprint, and those the box owns (their first tap inside
+//        the input lies in the box: every output with a tap inside the input has exactly one
+//        owner; one without contributes nothing);
 //      * loads the footprint into shared memory (zero outside the input; float32 by
 //        asynchronous copies);
 //      * for each chunk of 8 output channels: recomputes the convolution over the region (each
@@ -30,11 +30,10 @@
 //        there; adds the box's input gradient
 //          dx[ci, p] += sum over taps k with p = s * stride - padding + k * dilation, and the
 //                       8 channels c, of w[c, ci, k] * dy[c, s]
-//        (a thread per input position); and the weight gradient of the owned outputs (a
-//        sub-box of the region)
+//        (a thread per input position); and the weight gradient of the owned outputs
 //          dw[c, k] += sum over owned s of dy[c, s] * x[ci, s * stride - padding + k * dilation]
-//        (8 lanes per 3 taps, each every 8th owned position, then butterflies), added, in a
-//        fixed order, into the block's own slice of double partials;
+//        (8 lanes per 3 taps, 2 in double, each every 8th owned output, then butterflies),
+//        added, in a fixed order, into the block's own slice of double partials;
 //      * writes the box's input gradient (each input element belongs to one box).
 // 3. weight_grad_kernel: dweight = the blocks' partials summed in block order.
 // 4. param_grads_kernel: the bias and GroupNorm affine gradients, a warp per channel.
@@ -132,22 +131,19 @@ __device__ __forceinline__ bool owns(const Span& sp, int s, int64_t k, int64_t s
   return p >= sp.p0 && p < sp.p0 + sp.n;
 }
 
-// The outputs of the region the box owns along one dim, [first, first + count): that first tap
-// only grows with s, so they are contiguous.
-struct OwnedRange {
-  int first, count;
-};
-
-__device__ inline OwnedRange owned_range(const Span& sp, int64_t k, int64_t stride, int64_t padding,
-                                         int64_t dilation) {
-  OwnedRange o{0, 0};
+// The outputs of the region the box owns along one dim, in order, into `list` (region
+// indices); returns their count. (Not always a contiguous run: with dilation and padding, the
+// first tap inside the input of an output whose first taps fall in the padding cycles through
+// [0, dilation) as s grows.)
+__device__ inline int list_owned(const Span& sp, int64_t k, int64_t stride, int64_t padding,
+                                 int64_t dilation, int* list) {
+  int count = 0;
   for (int r = 0; r < sp.r; ++r) {
     if (owns(sp, sp.s0 + r, k, stride, padding, dilation)) {
-      o.first = o.count == 0 ? r : o.first;
-      ++o.count;
+      list[count++] = r;
     }
   }
-  return o;
+  return count;
 }
 
 // The region output (index relative to the region) along one dim that input p reads through
@@ -273,11 +269,16 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
   int* koff_s = reinterpret_cast<int*>(smem + plan.koff_offset);         // [K]
   int* region_s = reinterpret_cast<int*>(smem + plan.region_offset);     // [region]
   int* owned_list_s = reinterpret_cast<int*>(smem + plan.owned_offset);  // [<= region]
-  acc_t* x_s = reinterpret_cast<acc_t*>(smem + plan.footprint_offset);   // footprint
-  acc_t* dy_s = reinterpret_cast<acc_t*>(smem + plan.dy_offset);         // [region][8]
-  acc_t* dx_s = reinterpret_cast<acc_t*>(smem + plan.dx_offset);         // [c_in_g][box]
-  acc_t* coef_s = reinterpret_cast<acc_t*>(smem + plan.coef_offset);     // [3][8]
-  __shared__ OwnedRange owned_s[3];  // per dim (d, h, w): the outputs the box owns
+  // The owned outputs per dim: their counts along d, h, w, then their region indices along d
+  // [RD], h [RH], w [RW].
+  int* owned_dims_s = reinterpret_cast<int*>(smem + plan.owned_dims_offset);
+  int* owned_d_s = owned_dims_s + 3;
+  int* owned_h_s = owned_d_s + plan.RD;
+  int* owned_w_s = owned_h_s + plan.RH;
+  acc_t* x_s = reinterpret_cast<acc_t*>(smem + plan.footprint_offset);  // footprint
+  acc_t* dy_s = reinterpret_cast<acc_t*>(smem + plan.dy_offset);        // [region][8]
+  acc_t* dx_s = reinterpret_cast<acc_t*>(smem + plan.dx_offset);        // [c_in_g][box]
+  acc_t* coef_s = reinterpret_cast<acc_t*>(smem + plan.coef_offset);    // [3][8]
 
   const int K = static_cast<int>(plan.K);
   const int c_in_g = static_cast<int>(plan.c_in_g);
@@ -326,11 +327,11 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
                                      rw * s.stride[2]);
     }
     if (threadIdx.x == 0) {
-      owned_s[0] = owned_range(sd, s.kD, s.stride[0], s.padding[0], s.dilation[0]);
+      owned_dims_s[0] = list_owned(sd, s.kD, s.stride[0], s.padding[0], s.dilation[0], owned_d_s);
     } else if (threadIdx.x == kWarpSize) {
-      owned_s[1] = owned_range(sh, s.kH, s.stride[1], s.padding[1], s.dilation[1]);
+      owned_dims_s[1] = list_owned(sh, s.kH, s.stride[1], s.padding[1], s.dilation[1], owned_h_s);
     } else if (threadIdx.x == 2 * kWarpSize) {
-      owned_s[2] = owned_range(sw, s.kW, s.stride[2], s.padding[2], s.dilation[2]);
+      owned_dims_s[2] = list_owned(sw, s.kW, s.stride[2], s.padding[2], s.dilation[2], owned_w_s);
     }
     const T* sample = static_cast<const T*>(a.p.x) + (n * s.C_in + g * c_in_g) * s.D * s.H * s.W;
     const InputBox footprint{c_in_g,
@@ -381,13 +382,12 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
       }
       __syncthreads();
       if (chunk == 0 && want_dw) {
-        // The owned sub-box's region indices, in order (published by the barrier after the
+        // The owned outputs' region indices, in order (published by the barrier after the
         // recomputation, read by the weight-gradient product of every chunk).
-        const OwnedRange od = owned_s[0], oh = owned_s[1], ow = owned_s[2];
-        for (int u = threadIdx.x; u < od.count * oh.count * ow.count; u += kThreads) {
-          const int ud = u / (oh.count * ow.count), uh = (u / ow.count) % oh.count,
-                    uw = u % ow.count;
-          owned_list_s[u] = ((od.first + ud) * sh.r + oh.first + uh) * sw.r + ow.first + uw;
+        const int nd = owned_dims_s[0], nh = owned_dims_s[1], nw = owned_dims_s[2];
+        for (int u = threadIdx.x; u < nd * nh * nw; u += kThreads) {
+          const int ud = u / (nh * nw), uh = (u / nw) % nh, uw = u % nw;
+          owned_list_s[u] = (owned_d_s[ud] * sh.r + owned_h_s[uh]) * sw.r + owned_w_s[uw];
         }
       }
 
@@ -541,7 +541,7 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
         }
       }
 
-      // The weight gradient of the outputs the box owns (a sub-box of the region): a set of
+      // The weight gradient of the outputs the box owns (owned_list_s): a set of
       // kWeightGradLanes lanes per kWeightGradTaps consecutive taps, each lane every 8th owned
       // position (consecutive lanes, consecutive positions: their loads spread over the
       // banks) with the taps x 8 channels in registers; the lanes' sums then meet in
@@ -550,7 +550,7 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
       if (want_dw) {
         constexpr int kSetsPerWarp = kWarpSize / kWeightGradLanes;
         const int tap_sets = (K + kWeightGradTaps<acc_t> - 1) / kWeightGradTaps<acc_t>;
-        const int owned = owned_s[0].count * owned_s[1].count * owned_s[2].count;
+        const int owned = owned_dims_s[0] * owned_dims_s[1] * owned_dims_s[2];
         const int sub = lane % kWeightGradLanes;
         for (int set0 = warp * kSetsPerWarp; set0 < tap_sets;
              set0 += kWarpsPerBlock * kSetsPerWarp) {

@@ -204,7 +204,9 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
           continue;
         }
         const size_t owned_offset = plan.region_offset + round_up_16(region * sizeof(int));
-        const size_t footprint_offset = owned_offset + round_up_16(region * sizeof(int));
+        const size_t owned_dims_offset = owned_offset + round_up_16(region * sizeof(int));
+        const size_t footprint_offset =
+            owned_dims_offset + round_up_16((3 + RD + RH + RW) * sizeof(int));
         const size_t dy_offset = footprint_offset + round_up_16(footprint * acc_bytes);
         const size_t dx_offset = dy_offset + round_up_16(region * cb * acc_bytes);
         const size_t coef_offset = dx_offset + round_up_16(plan.c_in_g * box * acc_bytes);
@@ -233,6 +235,7 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
           plan.FW = FW;
           plan.footprint = footprint;
           plan.owned_offset = owned_offset;
+          plan.owned_dims_offset = owned_dims_offset;
           plan.footprint_offset = footprint_offset;
           plan.dy_offset = dy_offset;
           plan.dx_offset = dx_offset;

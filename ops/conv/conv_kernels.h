@@ -150,10 +150,11 @@ struct OnePassBackwardPlan {
   int64_t boxes_d = 0, boxes_h = 0, boxes_w = 0, boxes = 0;
   int64_t tiles = 0;  // N * groups * boxes
   // Shared memory, in bytes: the chunk's weights at 0 ([K][8]), then the taps' offsets [K],
-  // the region table [region], the owned outputs' region indices [region], the footprint, the
-  // output gradient [region][8], the input gradient [c_in_g][box], the coefficients.
-  size_t koff_offset = 0, region_offset = 0, owned_offset = 0, footprint_offset = 0, dy_offset = 0,
-         dx_offset = 0, coef_offset = 0, smem_bytes = 0;
+  // the region table [region], the owned outputs' region indices [region], the owned outputs
+  // per dim [3 + RD + RH + RW], the footprint, the output gradient [region][8], the input
+  // gradient [c_in_g][box], the coefficients.
+  size_t koff_offset = 0, region_offset = 0, owned_offset = 0, owned_dims_offset = 0,
+         footprint_offset = 0, dy_offset = 0, dx_offset = 0, coef_offset = 0, smem_bytes = 0;
 };
 
 // Output channels per step of the backward kernel.
