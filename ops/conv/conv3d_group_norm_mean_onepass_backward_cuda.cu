@@ -341,12 +341,8 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
                              static_cast<int>(plan.FD),
                              static_cast<int>(plan.FH),
                              static_cast<int>(plan.FW)};
-    if constexpr (std::is_same_v<T, float>) {
-      // (In flight while the chunk's weights load; waited for before the chunk's barrier.)
-      load_input_box_async(sample, x_s, s, footprint);
-    } else {
-      load_input_box(sample, x_s, s, footprint);
-    }
+    // (float32: in flight while the chunk's weights load; waited for before its barrier.)
+    load_footprint(sample, x_s, s, footprint, /*full_rows=*/false);
     // This thread's input positions of the box, for the input-gradient phase.
     BoxSlot box_slot[kBoxSlots];
 #pragma unroll
@@ -377,9 +373,7 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
         // A missing channel gets alpha = gamma = 0: dy = 0.
         coef_s[j * kChannels + c] = c < nc ? coefficients[3 * (n * C_out + c0 + c) + j] : acc_t(0);
       }
-      if constexpr (std::is_same_v<T, float>) {
-        cp_async_wait_all();  // this thread's footprint copies
-      }
+      cp_async_wait_all();  // this thread's footprint copies (float32)
       __syncthreads();
       if (chunk == 0 && want_dw) {
         // The owned outputs' region indices, in order (published by the barrier after the

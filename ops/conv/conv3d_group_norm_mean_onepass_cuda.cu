@@ -244,18 +244,9 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_direct_kernel(const Kerne
       }
       loaded_chunk = t.chunk;
     }
-    if constexpr (std::is_same_v<T, float>) {
-      if (a.full_rows) {
-        load_full_input_rows_async(group_input<float>(a.p.x, t, plan, s), x_s, s,
-                                   footprint_of(t, plan, s));
-      } else {
-        load_input_box_async(group_input<float>(a.p.x, t, plan, s), x_s, s,
-                             footprint_of(t, plan, s));
-      }
-      cp_async_wait_all();
-    } else {
-      load_input_box(group_input<T>(a.p.x, t, plan, s), x_s, s, footprint_of(t, plan, s));
-    }
+    load_footprint(group_input<T>(a.p.x, t, plan, s), x_s, s, footprint_of(t, plan, s),
+                   a.full_rows);
+    cp_async_wait_all();
     __syncthreads();
 
     unsigned valid = 0;  // bit j: position j is an output
@@ -426,12 +417,8 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
       }
       loaded_chunk = t.chunk;
     }
-    if (a.full_rows) {
-      load_full_input_rows_async(group_input<float>(a.p.x, t, plan, s), x_s, s,
-                                 footprint_of(t, plan, s));
-    } else {
-      load_input_box_async(group_input<float>(a.p.x, t, plan, s), x_s, s, footprint_of(t, plan, s));
-    }
+    load_footprint(group_input<float>(a.p.x, t, plan, s), x_s, s, footprint_of(t, plan, s),
+                   a.full_rows);
     cp_async_wait_all();
     __syncthreads();
 

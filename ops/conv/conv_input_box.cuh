@@ -9,6 +9,7 @@
 #include "conv/conv_kernels.h"
 
 #include <cstdint>
+#include <type_traits>
 
 namespace fused_ops {
 namespace gpu {
@@ -150,6 +151,25 @@ __device__ __forceinline__ void cp_async_wait_all() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 #endif
+}
+
+// A box into x_s the fastest way its type allows: float32 by asynchronous copies (whole rows
+// by 16-byte copies where `full_rows`: see full_input_rows), other types through registers,
+// converted to the accumulation type. The caller waits (cp_async_wait_all) before the barrier
+// that publishes x_s.
+template <typename T, typename acc_t>
+__device__ __forceinline__ void load_footprint(const T* __restrict__ sample, acc_t* x_s,
+                                               const conv::Conv3dShape& s, const InputBox& box,
+                                               bool full_rows) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (full_rows) {
+      load_full_input_rows_async(sample, x_s, s, box);
+    } else {
+      load_input_box_async(sample, x_s, s, box);
+    }
+  } else {
+    load_input_box(sample, x_s, s, box);
+  }
 }
 
 // Offset of tap k = (ci, kd, kh, kw) (k < K) in an input box of FD x FH x FW positions per
