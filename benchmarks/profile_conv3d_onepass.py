@@ -3,12 +3,16 @@
         python3 benchmarks/profile_conv3d_onepass.py
 runs two warm-up steps, then the steps to profile; prints the dispatch path and the time of
 a step (CUDA events, after the warm-up). With --phases, also the one-pass backward's time
-per gradient set, and the peak CUDA memory of a training step, fused vs eager."""
+per gradient set, and the peak CUDA memory of a training step, fused vs eager. With
+--input-grad-accuracy, the input gradient of a step whose conv weight is frozen (the lag
+tables' path, and with FUSED_OPS_CONV3D_LAG_INPUT_GRAD=0 the recomputing one) against
+float64, with eager's, in both TF32 modes."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -23,6 +27,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2, help="steps after the warm-up")
     parser.add_argument("--phases", action="store_true", help="backward phases and peak memory")
+    parser.add_argument(
+        "--input-grad-accuracy", action="store_true", help="input gradients against float64"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("profile_conv3d_onepass.py: needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -54,6 +61,8 @@ def main() -> int:
     print(f"forward+backward: {start.elapsed_time(end) / args.steps:.3f} ms per step")
     if args.phases:
         report_phases(model, x, op_args)
+    if args.input_grad_accuracy:
+        report_input_grad_accuracy(model, x)
     return 0
 
 
@@ -104,6 +113,50 @@ def report_phases(model, x, op_args) -> None:
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - base
         print(f"peak CUDA memory of a step above its inputs, {name}: {peak / 2**20:.1f} MiB")
+
+
+def report_input_grad_accuracy(model, x) -> None:
+    """Relative L2 error of the input gradient (conv weight frozen) against float64."""
+    from fused_ops import reference
+
+    original = reference.Conv3dGroupNormMean(3, 24, 3, 8).cuda()
+    original.load_state_dict(model.state_dict())
+    exact = reference.Conv3dGroupNormMean(3, 24, 3, 8).cuda().double()
+    exact.load_state_dict(model.state_dict())
+    grad = torch.randn(x.shape[0], device="cuda")
+    x64 = x.detach().double().requires_grad_(True)
+    (dx64,) = torch.autograd.grad(exact(x64), x64, grad.double())
+
+    def error(module):
+        for p in module.parameters():
+            p.requires_grad_(p is not module.conv.weight)
+        xi = x.detach().clone().requires_grad_(True)
+        (dx,) = torch.autograd.grad(module(xi), xi, grad)
+        return ((dx.double() - dx64).norm() / dx64.norm()).item()
+
+    flag = torch.backends.cudnn.allow_tf32
+    setting = os.environ.get("FUSED_OPS_CONV3D_LAG_INPUT_GRAD")
+    try:
+        for tf32 in (True, False):
+            torch.backends.cudnn.allow_tf32 = tf32
+            os.environ["FUSED_OPS_CONV3D_LAG_INPUT_GRAD"] = "1"
+            lag = error(model)
+            os.environ["FUSED_OPS_CONV3D_LAG_INPUT_GRAD"] = "0"
+            recomputed = error(model)
+            print(
+                f"input gradient, conv weight frozen, TF32 {'on' if tf32 else 'off'}: relative L2 "
+                f"error vs float64: lag tables {lag:.2e}, recomputing kernel {recomputed:.2e}, "
+                f"eager {error(original):.2e}"
+            )
+    finally:
+        torch.backends.cudnn.allow_tf32 = flag
+        if setting is None:
+            os.environ.pop("FUSED_OPS_CONV3D_LAG_INPUT_GRAD", None)
+        else:
+            os.environ["FUSED_OPS_CONV3D_LAG_INPUT_GRAD"] = setting
+        for module in (model, original):
+            for p in module.parameters():
+                p.requires_grad_(True)
 
 
 if __name__ == "__main__":

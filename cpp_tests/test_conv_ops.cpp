@@ -262,3 +262,125 @@ TEST_CASE("one-pass conv3d_group_norm_mean plans at the headline", "[conv][cpu][
   CHECK(conv::boxes_are_whole_input_rows(s, headline.FW, headline.boxes_w));
   CHECK(headline.FW == 32);
 }
+
+namespace {
+// A stride-1 Conv3dShape (output sizes from the input's, padding and dilation).
+fused_ops::conv::Conv3dShape stride1_shape(std::array<int64_t, 5> x, int64_t c_out,
+                                           std::array<int64_t, 3> k, std::array<int64_t, 3> pad,
+                                           std::array<int64_t, 3> dil, int64_t groups) {
+  fused_ops::conv::Conv3dShape s{};
+  s.N = x[0], s.C_in = x[1], s.D = x[2], s.H = x[3], s.W = x[4];
+  s.C_out = c_out, s.kD = k[0], s.kH = k[1], s.kW = k[2];
+  s.Do = x[2] + 2 * pad[0] - dil[0] * (k[0] - 1);
+  s.Ho = x[3] + 2 * pad[1] - dil[1] * (k[1] - 1);
+  s.Wo = x[4] + 2 * pad[2] - dil[2] * (k[2] - 1);
+  for (int i = 0; i < 3; ++i) {
+    s.stride[i] = 1, s.padding[i] = pad[i], s.dilation[i] = dil[i];
+  }
+  s.groups = groups;
+  return s;
+}
+}  // namespace
+
+// lag_tap_range is the one definition of a position's tap range (the plan, the table kernel and
+// the input-gradient kernel all use it): against the taps counted one by one.
+TEST_CASE("lag input gradient: tap ranges match a brute-force count", "[conv][cpu][onepass]") {
+  for (int64_t k = 1; k <= 3; ++k) {
+    for (int64_t dil = 1; dil <= 3; ++dil) {
+      for (int64_t pad = 0; pad <= 4; ++pad) {
+        for (int64_t in = 1; in <= 12; ++in) {
+          const int64_t out = in + 2 * pad - dil * (k - 1);
+          if (out <= 0) {
+            continue;
+          }
+          for (int64_t p = 0; p < in; ++p) {
+            int64_t lo = -1, hi = -1;
+            for (int64_t kk = 0; kk < k; ++kk) {
+              const int64_t o = p + pad - kk * dil;
+              if (o >= 0 && o < out) {
+                lo = lo < 0 ? kk : lo;
+                hi = kk;
+              }
+            }
+            const fused_ops::conv::TapRange r = fused_ops::conv::lag_tap_range(p, out, k, pad, dil);
+            INFO("k " << k << " dil " << dil << " pad " << pad << " in " << in << " p " << p);
+            if (lo < 0) {
+              CHECK(r.lo > r.hi);
+            } else {
+              CHECK(r.lo == lo);
+              CHECK(r.hi == hi);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("lag input gradient plans: the family, the patterns and the D columns",
+          "[conv][cpu][onepass]") {
+  using fused_ops::ScalarKind;
+  namespace conv = fused_ops::conv;
+  constexpr size_t kSmem = 227 * 1024;  // an H100's opt-in shared memory per block
+  // The headline: 5 tap ranges per dim ({0}, {0,1}, {0,1,2}, {1,2}, {2}); D in 3 columns of 8.
+  const conv::Conv3dShape headline =
+      stride1_shape({128, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1);
+  for (const ScalarKind dtype :
+       {ScalarKind::kFloat, ScalarKind::kDouble, ScalarKind::kHalf, ScalarKind::kBFloat16}) {
+    const conv::LagInputGradPlan plan =
+        conv::plan_conv3d_group_norm_mean_lag_input_grad(headline, dtype, kSmem);
+    REQUIRE(plan.supported);
+    CHECK(plan.patterns[0] == 5);
+    CHECK(plan.patterns[1] == 5);
+    CHECK(plan.patterns[2] == 5);
+    CHECK(plan.d_tiles == 3);
+    CHECK(plan.row == 16);  // 5 lags x 3 channels, padded to 4
+    CHECK(plan.table_elems == 125 * (3 * 5 * 5 * 16) + 125 * 4);
+    CHECK(plan.items_per_chunk >= 1);
+    CHECK(plan.items_per_chunk * plan.table_elems *
+              static_cast<int64_t>(dtype == ScalarKind::kDouble ? 8 : 4) <=
+          static_cast<int64_t>(conv::kLagTableBytes));
+    // Three blocks per SM (float accumulation; double's footprint is twice the size).
+    if (dtype != ScalarKind::kDouble) {
+      CHECK(plan.smem_bytes * 3 <= 228 * 1024);
+    }
+  }
+  // python_tests/test_conv3d_onepass.py's LAG_CASES are in the family.
+  const conv::Conv3dShape cases[] = {
+      stride1_shape({2, 3, 8, 9, 10}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({2, 3, 7, 9, 11}, 24, {3, 3, 3}, {2, 1, 3}, {1, 2, 2}, 1),
+      stride1_shape({1, 4, 6, 7, 5}, 24, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 2),
+      stride1_shape({2, 4, 23, 19, 40}, 12, {3, 1, 2}, {0, 2, 1}, {1, 1, 1}, 1),
+      stride1_shape({3, 1, 15, 10, 33}, 6, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({2, 2, 4, 6, 9}, 16, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({2, 2, 5, 6, 9}, 16, {3, 3, 3}, {1, 0, 2}, {1, 1, 1}, 1),
+      // test_cuda.cpp's
+      stride1_shape({2, 3, 11, 9, 34}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({1, 2, 4, 6, 9}, 16, {3, 2, 3}, {1, 1, 0}, {1, 1, 1}, 1),
+  };
+  for (const auto& s : cases) {
+    const conv::LagInputGradPlan plan =
+        conv::plan_conv3d_group_norm_mean_lag_input_grad(s, ScalarKind::kFloat, kSmem);
+    INFO("x (" << s.N << ", " << s.C_in << ", " << s.D << ", " << s.H << ", " << s.W << ")");
+    REQUIRE(plan.supported);
+    // D's columns: of 8, then 4, 2, 1.
+    CHECK(plan.d_tiles == s.D / 8 + __builtin_popcountll(s.D % 8));
+  }
+  // Outside: stride 2, dilation along D, 5 input channels per group, kernel sizes 4 and (2, 3,
+  // 3), and more table products than the direct input gradient's (4 input channels, 8 outputs
+  // per group).
+  conv::Conv3dShape strided = headline;
+  strided.stride[1] = 2, strided.Ho = 15;
+  const conv::Conv3dShape outside[] = {
+      strided,
+      stride1_shape({2, 3, 9, 9, 9}, 24, {3, 3, 3}, {0, 0, 0}, {2, 1, 1}, 1),
+      stride1_shape({2, 5, 9, 9, 9}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({2, 3, 9, 9, 9}, 24, {4, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({2, 3, 9, 9, 9}, 24, {2, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({2, 4, 9, 9, 9}, 8, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+  };
+  for (const auto& s : outside) {
+    CHECK_FALSE(
+        conv::plan_conv3d_group_norm_mean_lag_input_grad(s, ScalarKind::kFloat, kSmem).supported);
+  }
+}

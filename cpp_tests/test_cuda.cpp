@@ -419,6 +419,47 @@ TEST_CASE("CUDA: conv3d_group_norm_mean trains through the one-pass kernels", "[
   }
 }
 
+TEST_CASE("CUDA: conv3d_group_norm_mean's input gradient without the weight's (lag tables)",
+          "[cuda][onepass]") {
+  SKIP_WITHOUT_CUDA();
+  at::manual_seed(41);
+  // A frozen conv weight: the backward takes the input gradient from the lag tables
+  // (conv3d_group_norm_mean_lag_input_grad_cuda.cu; cpp_tests/test_conv_ops.cpp checks these
+  // shapes' plans). D of 4 (both correction pairs in one column), 11 (columns 8, 2, 1) and
+  // padding; inputs with a large common offset. Against the float64 CPU reference.
+  std::vector<ConvCase> cases;
+  cases.push_back(ConvCase{"k3, 3 -> 24", {2, 3, 11, 9, 34}, 24, {3, 3, 3}});
+  {
+    ConvCase c{"k (3, 2, 3), padding (1, 1, 0), 2 -> 16", {1, 2, 4, 6, 9}, 16, {3, 2, 3}};
+    c.padding = {1, 1, 0};
+    cases.push_back(c);
+  }
+  for (auto& c : cases) {
+    c.num_groups = 4;
+    for (const auto dtype : {at::kFloat, at::kDouble}) {
+      INFO(c.name << ", " << dtype_name(dtype));
+      const ConvParams p = random_conv_params(c, false, /*input_offset=*/8.0);
+      const at::Tensor x = leaf(p.input, dtype, kCUDA);
+      const at::Tensor w = leaf(p.weight, dtype, kCUDA, /*requires_grad=*/false);
+      const OptTensor cb = leaf(p.conv_bias, dtype, kCUDA);
+      const OptTensor gw = leaf(p.gn_weight, dtype, kCUDA);
+      const OptTensor gb = leaf(p.gn_bias, dtype, kCUDA);
+      const at::Tensor out = fused_conv3d_group_norm_mean(c, x, w, cb, gw, gb);
+      const at::Tensor xr = leaf64(x), wr = leaf(w, at::kDouble, at::kCPU, false);
+      const OptTensor cbr = leaf64(cb), gwr = leaf64(gw), gbr = leaf64(gb);
+      const at::Tensor ref = ref_conv3d_group_norm_mean(c, xr, wr, cbr, gwr, gbr);
+      check_close(out, ref, cuda_tol(dtype), "output");
+      const at::Tensor go64 = randn64(ref.sizes().vec());
+      const auto grads = grads_of(out, go64.to(kCUDA, dtype), grad_inputs({x}, {cb, gw, gb}));
+      const auto ref_grads = grads_of(ref, go64, grad_inputs({xr}, {cbr, gwr, gbr}));
+      REQUIRE(grads.size() == ref_grads.size());
+      for (size_t i = 0; i < grads.size(); ++i) {
+        check_close(grads[i], ref_grads[i], cuda_tol(dtype), i == 0 ? "grad input" : "grad param");
+      }
+    }
+  }
+}
+
 TEST_CASE("CUDA: float32 transposed convolutions with TF32 off run the split-TF32 kernels",
           "[cuda][split_tf32]") {
   SKIP_WITHOUT_CUDA();

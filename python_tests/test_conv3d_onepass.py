@@ -161,6 +161,71 @@ def test_backward_dilated_padded_thin_boxes():
     check_against_reference(OP, args, grad_rtol=1e-4, grad_atol=5e-5)
 
 
+# Stride-1 problems whose input gradient comes from the lag tables (cpp_tests/test_conv_ops.cpp
+# checks that their plans take them): tap ranges cut short by every border, padding past the
+# kernel's reach, dilation along H and W, conv groups, mixed kernel sizes, 1 to 4 input
+# channels per group, tiles past W = 32 and H = 8 and D columns of 8, 4, 2 and 1 (their first
+# and last planes' own tap ranges).
+LAG_CASES = {
+    "headline-like": dict(
+        input_shape=(2, 3, 8, 9, 10), out_channels=24, kernel_size=3, num_groups=8
+    ),
+    "padded-dilated": dict(
+        input_shape=(2, 3, 7, 9, 11),
+        out_channels=24,
+        kernel_size=3,
+        num_groups=4,
+        padding=(2, 1, 3),
+        dilation=(1, 2, 2),
+    ),
+    "groups": dict(
+        input_shape=(1, 4, 6, 7, 5),
+        out_channels=24,
+        kernel_size=3,
+        num_groups=6,
+        groups=2,
+        padding=1,
+    ),
+    "mixed-kernel": dict(
+        input_shape=(2, 4, 23, 19, 40),
+        out_channels=12,
+        kernel_size=(3, 1, 2),
+        num_groups=3,
+        padding=(0, 2, 1),
+    ),
+    "one-channel": dict(
+        input_shape=(3, 1, 15, 10, 33), out_channels=6, kernel_size=3, num_groups=2
+    ),
+    "thin-d": dict(input_shape=(2, 2, 4, 6, 9), out_channels=16, kernel_size=3, num_groups=4),
+    "thin-d-padded": dict(
+        input_shape=(2, 2, 5, 6, 9), out_channels=16, kernel_size=3, num_groups=4, padding=(1, 0, 2)
+    ),
+}
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", list(TOLERANCE), ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("name", list(LAG_CASES))
+def test_backward_lag_input_gradient(name, dtype, monkeypatch):
+    """The gradients of a backward that does not want the weight's (the lag tables' input
+    gradient) against float64, and with the recomputing kernel
+    (FUSED_OPS_CONV3D_LAG_INPUT_GRAD=0), on torch.rand inputs with a large common offset (the
+    tables act on x minus its mean: the offset must not cost accuracy)."""
+    torch.manual_seed(0)
+    args = conv3d_args(**LAG_CASES[name], dtype=dtype, device="cuda", requires_grad=True)
+    args[1].requires_grad_(False)
+    with torch.no_grad():
+        args[0].uniform_(0.0, 1.0).add_(8.0)
+    rtol, atol = TOLERANCE[dtype]
+    grad_rtol, grad_atol = GRAD_TOLERANCE[dtype]
+    for setting in ("1", "0"):
+        monkeypatch.setenv("FUSED_OPS_CONV3D_LAG_INPUT_GRAD", setting)
+        assert fused_ops.dispatch_path(OP, *args) == "onepass"
+        check_against_reference(
+            OP, args, rtol=rtol, atol=atol, grad_rtol=grad_rtol, grad_atol=grad_atol
+        )
+
+
 @requires_cuda
 def test_backward_partial_requires_grad():
     """Only some arguments need gradients: the kernels skip the others."""

@@ -46,6 +46,7 @@
 #include "common/cuda/device_info.cuh"
 #include "common/cuda/launch_utils.cuh"
 #include "common/cuda/scalar_ops.cuh"
+#include "conv/conv3d_group_norm_mean_lag_input_grad.cuh"
 #include "conv/conv_input_box.cuh"
 #include "conv/conv_kernels.h"
 #include "norm/group_norm_math.h"
@@ -375,17 +376,25 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
       }
       cp_async_wait_all();  // this thread's footprint copies (float32)
       __syncthreads();
+      const int owned = owned_dims_s[0] * owned_dims_s[1] * owned_dims_s[2];
       if (chunk == 0 && want_dw) {
         // The owned outputs' region indices, in order (published by the barrier after the
-        // recomputation, read by the weight-gradient product of every chunk).
-        const int nd = owned_dims_s[0], nh = owned_dims_s[1], nw = owned_dims_s[2];
-        for (int u = threadIdx.x; u < nd * nh * nw; u += kThreads) {
+        // recomputation, read by the weight-gradient product of every chunk; without the
+        // input gradient the recomputation reads them too: one barrier more).
+        const int nh = owned_dims_s[1], nw = owned_dims_s[2];
+        for (int u = threadIdx.x; u < owned; u += kThreads) {
           const int ud = u / (nh * nw), uh = (u / nw) % nh, uw = u % nw;
           owned_list_s[u] = (owned_d_s[ud] * sh.r + owned_h_s[uh]) * sw.r + owned_w_s[uw];
         }
+        if (dx == nullptr) {
+          __syncthreads();
+        }
       }
 
-      // dy over the region.
+      // dy over the region, or, without the input gradient, over the owned outputs only (all
+      // the weight gradient reads: the region's halo is the input gradient's).
+      const int recomputed = dx != nullptr ? nreg : owned;
+      const auto recomputed_at = [&](int i) { return dx != nullptr ? i : owned_list_s[i]; };
       acc_t alpha[kChannels], m0[kChannels], gamma[kChannels];
       load8(coef_s, alpha);
       load8(coef_s + kChannels, m0);
@@ -398,8 +407,8 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
         int offset[kSlots];
 #pragma unroll
         for (int j = 0; j < kSlots; ++j) {
-          const int r = base + threadIdx.x + j * kThreads;
-          offset[j] = r < nreg ? region_s[r] : 0;
+          const int i = base + threadIdx.x + j * kThreads;
+          offset[j] = i < recomputed ? region_s[recomputed_at(i)] : 0;
         }
         acc_t acc[kSlots][kChannels];
 #pragma unroll
@@ -425,19 +434,19 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
         }
 #pragma unroll
         for (int j = 0; j < kSlots; ++j) {
-          const int r = base + threadIdx.x + j * kThreads;
-          if (r < nreg) {
+          const int i = base + threadIdx.x + j * kThreads;
+          if (i < recomputed) {
             acc_t dy[kChannels];
 #pragma unroll
             for (int c = 0; c < kChannels; ++c) {
               dy[c] = alpha[c] * (acc[j][c] - m0[c]) + gamma[c];
             }
-            store_dy(dy_s, r, dy);
+            store_dy(dy_s, recomputed_at(i), dy);
           }
         }
       };
-      for (int base = 0; base < nreg;) {
-        const int remaining = nreg - base;
+      for (int base = 0; base < recomputed;) {
+        const int remaining = recomputed - base;
         if (remaining > 3 * kThreads) {
           recompute_pass(std::integral_constant<int, kRecomputeSlots>{}, base);
           base += kRecomputeSlots * kThreads;
@@ -739,11 +748,13 @@ Workspace<T> carve(const conv::Conv3dGroupNormMeanBackwardParams& p,
   return ws;
 }
 
+// The tile kernel's workspace, then the lag input gradient's (where it runs).
 template <typename T>
 struct OnePassBackwardFamily {
   static size_t workspace_bytes(const conv::Conv3dGroupNormMeanBackwardParams& p) {
     const conv::OnePassBackwardPlan plan = plan_for(p);
-    return carve<T>(p, plan, grid_for<T>(p, plan), nullptr).bytes;
+    const size_t tile_bytes = carve<T>(p, plan, grid_for<T>(p, plan), nullptr).bytes;
+    return tile_bytes + lag_input_grad_workspace_bytes<T>(p, lag_input_grad_plan(p));
   }
 
   static cudaError_t launch(const conv::Conv3dGroupNormMeanBackwardParams& p, void* workspace,
@@ -754,7 +765,14 @@ struct OnePassBackwardFamily {
     }
     const int grid = grid_for<T>(p, plan);
     const Workspace<T> ws = carve<T>(p, plan, grid, workspace);
-    const BackwardArgs args{p, plan, ws.coefficients, ws.dw_partials};
+    // An input gradient without the weight gradient comes from the lag tables where their
+    // family allows (stride 1; conv3d_group_norm_mean_lag_input_grad.cuh).
+    const conv::LagInputGradPlan lag = lag_input_grad_plan(p);
+    conv::Conv3dGroupNormMeanBackwardParams tile_params = p;
+    if (lag.supported) {
+      tile_params.dx = nullptr;
+    }
+    const BackwardArgs args{tile_params, plan, ws.coefficients, ws.dw_partials};
     const int64_t NC = p.conv.N * p.conv.C_out;
     if (!grid_fits(ceil_div(NC, kThreads))) {
       return cudaErrorInvalidConfiguration;
@@ -762,13 +780,17 @@ struct OnePassBackwardFamily {
     backward_coefficients_kernel<T>
         <<<static_cast<unsigned>(ceil_div(NC, kThreads)), kThreads, 0, stream>>>(args);
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-    if (p.dx != nullptr || p.dweight != nullptr) {
+    if (tile_params.dx != nullptr || p.dweight != nullptr) {
       const auto kernel = tile_kernel<T>(p, plan);
       if (kernel == nullptr) {
         return cudaErrorInvalidValue;
       }
       kernel<<<static_cast<unsigned>(grid), kThreads, plan.smem_bytes, stream>>>(args);
       FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+    }
+    if (lag.supported) {
+      FUSED_OPS_RETURN_IF_CUDA_ERROR(lag_input_grad_launch<T>(
+          p, lag, ws.coefficients, static_cast<char*>(workspace) + ws.bytes, stream));
     }
     if (p.dweight != nullptr) {
       const int64_t size = p.conv.C_out * plan.K;

@@ -262,5 +262,89 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
   return plan;
 }
 
+// The lag input gradient's plan (conv_kernels.h has the identity). Per dim, the tap ranges
+// V(p) of the input positions are few (at most kLagMaxPatterns for k <= 3): their product is
+// the set of tables per (sample, conv group). Along D, columns of kLagMaxTileD positions, the
+// rest in columns of 4, 2 and 1 (kernel templates): no position is computed twice.
+LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s, ScalarKind dtype,
+                                                            size_t smem_limit) {
+  LagInputGradPlan plan;
+  if (s.groups <= 0 || s.C_in % s.groups != 0 || s.C_out % s.groups != 0 || s.N <= 0 || s.Do <= 0 ||
+      s.Ho <= 0 || s.Wo <= 0 || s.D <= 0 || s.H <= 0 || s.W <= 0) {
+    return plan;
+  }
+  const int64_t in[3] = {s.D, s.H, s.W}, out[3] = {s.Do, s.Ho, s.Wo}, k[3] = {s.kD, s.kH, s.kW};
+  for (int d = 0; d < 3; ++d) {
+    if (s.stride[d] != 1 || k[d] < 1 || k[d] > kLagMaxTaps) {
+      return plan;
+    }
+  }
+  if (s.kD != kLagMaxTaps || s.dilation[0] != 1) {
+    return plan;  // (the kernel's column: 5 lags along D, consecutive footprint planes)
+  }
+  plan.c_in_g = s.C_in / s.groups;
+  plan.c_out_g = s.C_out / s.groups;
+  if (plan.c_in_g > kLagMaxInputChannels) {
+    return plan;
+  }
+  const int64_t taps = s.kD * s.kH * s.kW;
+  for (int d = 0; d < 3; ++d) {
+    plan.span[d] = 2 * k[d] - 1;
+  }
+  // Products per input position and input channel: the tables' against the direct input
+  // gradient's (which also needs the recomputed output around it).
+  if (plan.c_in_g * plan.span[0] * plan.span[1] * plan.span[2] > plan.c_out_g * taps) {
+    return plan;
+  }
+  plan.row = ceil_div(plan.span[0] * plan.c_in_g, 4) * 4;
+  for (int d = 0; d < 3; ++d) {
+    for (auto& id : plan.pattern_id[d]) {
+      id = -1;
+    }
+    int64_t count = 0;
+    for (int64_t p = 0; p < in[d]; ++p) {
+      const TapRange r = lag_tap_range(p, out[d], k[d], s.padding[d], s.dilation[d]);
+      int8_t& id = plan.pattern_id[d][r.lo * kLagMaxTaps + r.hi];
+      if (id < 0) {
+        id = static_cast<int8_t>(count);
+        plan.pattern_lo[d][count] = static_cast<int8_t>(r.lo);
+        plan.pattern_hi[d][count] = static_cast<int8_t>(r.hi);
+        ++count;
+      }
+    }
+    plan.patterns[d] = count;
+  }
+  plan.d_tiles = s.D / kLagMaxTileD;
+  for (int64_t part = kLagMaxTileD / 2; part > 0; part /= 2) {
+    plan.d_tiles += ((s.D % kLagMaxTileD) & part) != 0 ? 1 : 0;
+  }
+  plan.h_tiles = ceil_div(s.H, kLagTileH);
+  plan.w_tiles = ceil_div(s.W, kLagTileW);
+  plan.FH = kLagTileH + (plan.span[1] - 1) * s.dilation[1];
+  plan.FW = kLagTileW + (plan.span[2] - 1) * s.dilation[2];
+  const size_t acc_bytes = dtype == ScalarKind::kDouble ? 8 : 4;
+  plan.smem_bytes =
+      static_cast<size_t>(plan.c_in_g * (kLagMaxTileD + plan.span[0] - 1) * plan.FH * plan.FW) *
+      acc_bytes;
+  if (plan.smem_bytes > smem_limit) {
+    return plan;
+  }
+  const int64_t P = plan.patterns[0] * plan.patterns[1] * plan.patterns[2];
+  plan.table_elems = P * plan.c_in_g * plan.span[1] * plan.span[2] * plan.row + P * 4;
+  const int64_t items = s.N * s.groups;
+  plan.items_per_chunk = std::min<int64_t>(
+      items,
+      std::max<int64_t>(1, static_cast<int64_t>(kLagTableBytes / (plan.table_elems * acc_bytes))));
+  // (The kernels index a sample's elements, grid sizes and table elements in 32 bits.)
+  constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
+  if (s.D * s.H * s.W > kMax32 || plan.items_per_chunk * plan.table_elems > kMax32 ||
+      plan.w_tiles * plan.h_tiles > kMax32 || plan.items_per_chunk > 65535 ||
+      plan.d_tiles > 65535 || plan.table_elems / 1024 >= 65535) {
+    return plan;
+  }
+  plan.supported = true;
+  return plan;
+}
+
 }  // namespace conv
 }  // namespace fused_ops

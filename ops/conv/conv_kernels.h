@@ -166,6 +166,74 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
                                                                  ScalarKind dtype,
                                                                  size_t smem_limit);
 
+// The lag input gradient (conv3d_group_norm_mean_lag_input_grad_cuda.cu): at stride 1 the
+// backward's input gradient needs no recomputed convolution output. With dy = alpha * (y0 - m0)
+// + gamma per (n, c) (the backward's coefficients) and y0 the convolution of x without bias,
+//   dx[a, p] = sum over taps k in V(p), input channels b and lags d of
+//              Q[(a, k), (b, k + d)] * xc[b, p + d * dilation]  +  sum over k in V(p) of E[a, k],
+//   Q[(a, k), (b, k')] = sum_c alpha[c] w[c, a, k] w[c, b, k'],
+//   E[a, k] = sum_c w[c, a, k] * (gamma[c] + alpha[c] * (sum_{b, k'} w[c, b, k'] mu[b] - m0[c])),
+// per (sample, conv group): V(p) the taps whose output p + padding - k * dilation exists (per dim
+// an interval [lo, hi]: lag_tap_range), xc = x - mu (mu: x's mean per (n, channel); -mu in the
+// padding, so that y0 = conv(xc) + conv of the constant mu everywhere: no cancellation when x has
+// a large mean). Summed over k for each lag d, Q gives one table per pattern of V: C_in/groups^2
+// x (2k - 1)^3 products per input position (the headline's 3 x 3 x 125 = 1125) where
+// recomputing y and transposing it takes 2 x C_out/groups x C_in/groups x k^3 (3888) plus the
+// recomputation's halo. Family: stride 1, kD = 3 with dilation 1 along D, kH, kW <= 3,
+// C_in/groups <= 4, and fewer table products per input position than the direct input
+// gradient's. The backward uses it where the weight gradient is not asked for: with it, the
+// recomputing tile kernel's input gradient costs less than these kernels (their tables are
+// built per sample; benchmarks/h100-2026-11-23-lag).
+constexpr int64_t kLagMaxTaps = 3;
+constexpr int64_t kLagMaxSpan = 2 * kLagMaxTaps - 1;
+constexpr int64_t kLagMaxInputChannels = 4;
+constexpr int64_t kLagMaxPatterns = kLagMaxTaps * (kLagMaxTaps + 1) / 2 + 1;  // + empty
+// A block's tile: 32 positions along W (lanes) x 8 along H (warps) x a column along D (each
+// thread's, in registers): D is cut into columns of 8 from 0, the rest into 4, 2, 1. Along D
+// only the first and last kD - 1 = 2 planes have short tap ranges, so they are always among a
+// column's first two and last two planes (the kernel's correction slots).
+constexpr int64_t kLagTileW = 32, kLagTileH = 8, kLagMaxTileD = 8;
+// The taps of one dim whose output p + padding - k * dilation lies in [0, out) (stride 1): the
+// interval [lo, hi], or lo = 1, hi = 0 where there is none.
+struct TapRange {
+  int lo, hi;
+};
+FUSED_OPS_HOST_DEVICE TapRange lag_tap_range(int64_t p, int64_t out, int64_t k, int64_t padding,
+                                             int64_t dilation) {
+  const int64_t top = p + padding;  // the output of tap 0
+  int64_t hi = top / dilation;
+  if (hi > k - 1) {
+    hi = k - 1;
+  }
+  const int64_t past = top - (out - 1);  // > 0: the first taps' outputs lie past the end
+  const int64_t lo = past <= 0 ? 0 : (past + dilation - 1) / dilation;
+  if (lo > hi) {
+    return TapRange{1, 0};
+  }
+  return TapRange{static_cast<int>(lo), static_cast<int>(hi)};
+}
+struct LagInputGradPlan {
+  bool supported = false;
+  int64_t c_in_g = 0, c_out_g = 0;
+  int64_t span[3] = {};      // lags per dim: 2k - 1
+  int64_t row = 0;           // a table row: span[0] * c_in_g values, padded to a multiple of 4
+  int64_t patterns[3] = {};  // tap-range patterns per dim
+  // Per dim: pattern id of a tap range (index lo * kLagMaxTaps + hi), and each id's range.
+  int8_t pattern_id[3][kLagMaxTaps * kLagMaxTaps] = {};
+  int8_t pattern_lo[3][kLagMaxPatterns] = {}, pattern_hi[3][kLagMaxPatterns] = {};
+  int64_t d_tiles = 0, h_tiles = 0, w_tiles = 0;
+  int64_t FH = 0,
+          FW = 0;  // a tile's footprint rows (H) and columns (W); FD = tile depth + span - 1
+  // Elements of one (sample, conv group)'s tables: [P][c_in_g][span_h][span_w][row], then the
+  // constants [P][4]; (sample, conv group) items per launch, their tables at most
+  // kLagTableBytes.
+  int64_t table_elems = 0;
+  int64_t items_per_chunk = 0;
+  size_t smem_bytes = 0;  // the input-gradient kernel's (its footprint)
+};
+constexpr size_t kLagTableBytes = size_t{16} << 20;
+LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s, ScalarKind dtype,
+                                                            size_t smem_limit);
 // The CUDA backward (defined only in builds with CUDA): `supported` says whether a problem is
 // in its family on the current device.
 struct OnePassBackwardCudaKernel {

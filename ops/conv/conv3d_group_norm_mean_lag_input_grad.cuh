@@ -1,0 +1,33 @@
+// The lag input gradient of the one-pass conv3d_group_norm_mean backward (stride 1; the
+// identity and the family: conv_kernels.h, LagInputGradPlan), called by the backward's launcher
+// (conv3d_group_norm_mean_onepass_backward_cuda.cu). Defined, and instantiated for the four
+// element types, in conv3d_group_norm_mean_lag_input_grad_cuda.cu.
+#pragma once
+
+#include "conv/conv_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace fused_ops {
+namespace gpu {
+
+// The plan for p on the current device; unsupported where p wants no input gradient, wants the
+// weight gradient too (the tile kernel then computes both for less), or the environment sets
+// FUSED_OPS_CONV3D_LAG_INPUT_GRAD=0 (the recomputing path then computes it: for comparisons).
+conv::LagInputGradPlan lag_input_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p);
+
+template <typename T>
+size_t lag_input_grad_workspace_bytes(const conv::Conv3dGroupNormMeanBackwardParams& p,
+                                      const conv::LagInputGradPlan& plan);
+
+// Writes p.dx. `coefficients`: the backward's (alpha, m0, gamma) per (n, c) in T's accumulation
+// type, already computed on `stream`.
+template <typename T>
+cudaError_t lag_input_grad_launch(const conv::Conv3dGroupNormMeanBackwardParams& p,
+                                  const conv::LagInputGradPlan& plan, const void* coefficients,
+                                  void* workspace, cudaStream_t stream);
+
+}  // namespace gpu
+}  // namespace fused_ops
