@@ -281,6 +281,15 @@ __device__ __forceinline__ int d_pattern(const conv::LagInputGradPlan& plan,
   return plan.pattern_id[0][r.lo * conv::kLagMaxTaps + r.hi];
 }
 
+// A thread's column of the footprint: kColumn values `plane` elements apart.
+template <int kColumn, typename acc_t>
+__device__ __forceinline__ void load_column(const acc_t* col, int plane, acc_t (&xv)[kColumn]) {
+#pragma unroll
+  for (int i = 0; i < kColumn; ++i) {
+    xv[i] = col[i * plane];
+  }
+}
+
 // acc[kJ] += (own - base) . the column's values from plane kJ: a column plane whose D tap
 // range differs from the column's (a zero difference where it does not).
 template <int kJ, int kR, int kCi, int kRow, int kColumn, typename acc_t>
@@ -393,10 +402,7 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
           load_row<kRow>(trow + main1, own1);
         }
         acc_t xv[kColumn];
-#pragma unroll
-        for (int i = 0; i < kColumn; ++i) {
-          xv[i] = col[i * plane_hw];
-        }
+        load_column(col, plane_hw, xv);
 #pragma unroll
         for (int sd = 0; sd < kSpanD; ++sd) {
 #pragma unroll
@@ -430,10 +436,7 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
           load_row<kRow>(trow + high0, own0);
           load_row<kRow>(trow + high1, own1);
           acc_t xv[kColumn];
-#pragma unroll
-          for (int i = 0; i < kColumn; ++i) {
-            xv[i] = col[i * plane_hw];
-          }
+          load_column(col, plane_hw, xv);
           add_row_difference<kHigh0>(acc, own0, tv, xv);
           add_row_difference<kHigh1>(acc, own1, tv, xv);
           trow += kRow;
