@@ -423,10 +423,11 @@ TEST_CASE("CUDA: conv3d_group_norm_mean's input gradient without the weight's (l
           "[cuda][onepass]") {
   SKIP_WITHOUT_CUDA();
   at::manual_seed(41);
-  // A frozen conv weight: the backward takes the input gradient from the lag tables
-  // (conv3d_group_norm_mean_lag_input_grad_cuda.cu; cpp_tests/test_conv_ops.cpp checks these
-  // shapes' plans). D of 4 (both correction pairs in one column), 11 (columns 8, 2, 1) and
-  // padding; inputs with a large common offset. Against the float64 CPU reference.
+  // A frozen conv weight: in float32 the backward takes the input gradient from the lag
+  // tables (conv3d_group_norm_mean_lag_input_grad_cuda.cu; cpp_tests/test_conv_ops.cpp checks
+  // these shapes' plans), in float64 (outside their family) from the recomputing kernel. D of
+  // 4 (both correction pairs in one column), 11 (columns 8, 2, 1) and padding; inputs with a
+  // large common offset. Against the float64 CPU reference.
   std::vector<ConvCase> cases;
   cases.push_back(ConvCase{"k3, 3 -> 24", {2, 3, 11, 9, 34}, 24, {3, 3, 3}});
   {

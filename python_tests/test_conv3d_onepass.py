@@ -197,6 +197,8 @@ LAG_CASES = {
         input_shape=(3, 1, 15, 10, 33), out_channels=6, kernel_size=3, num_groups=2
     ),
     "thin-d": dict(input_shape=(2, 2, 4, 6, 9), out_channels=16, kernel_size=3, num_groups=4),
+    # 30 samples' tables take two launches (25 a launch at C_in/groups = 3, k = 3).
+    "two-chunks": dict(input_shape=(30, 3, 6, 6, 6), out_channels=24, kernel_size=3, num_groups=8),
     "thin-d-padded": dict(
         input_shape=(2, 2, 5, 6, 9), out_channels=16, kernel_size=3, num_groups=4, padding=(1, 0, 2)
     ),
@@ -208,7 +210,8 @@ LAG_CASES = {
 @pytest.mark.parametrize("name", list(LAG_CASES))
 def test_backward_lag_input_gradient(name, dtype, monkeypatch):
     """The gradients of a backward that does not want the weight's (the lag tables' input
-    gradient) against float64, and with the recomputing kernel
+    gradient; float64 runs the recomputing kernel either way) against float64, and with the
+    recomputing kernel
     (FUSED_OPS_CONV3D_LAG_INPUT_GRAD=0), on torch.rand inputs with a large common offset (the
     tables act on x minus its mean: the offset must not cost accuracy)."""
     torch.manual_seed(0)

@@ -13,10 +13,14 @@
 namespace fused_ops {
 namespace gpu {
 
-// The plan for p on the current device; unsupported where p wants no input gradient, wants the
-// weight gradient too (the tile kernel then computes both for less), or the environment sets
-// FUSED_OPS_CONV3D_LAG_INPUT_GRAD=0 (the recomputing path then computes it: for comparisons).
+// The plan for p on the current device; unsupported where p wants no input gradient or wants
+// the weight gradient too (the tile kernel then computes both for less).
 conv::LagInputGradPlan lag_input_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p);
+
+// False where the environment sets FUSED_OPS_CONV3D_LAG_INPUT_GRAD=0: the recomputing tile
+// kernel then computes the input gradient (for comparisons). Read at launch only: the
+// workspace holds the lag kernels' share whenever the plan supports them.
+bool lag_input_grad_enabled();
 
 template <typename T>
 size_t lag_input_grad_workspace_bytes(const conv::Conv3dGroupNormMeanBackwardParams& p,

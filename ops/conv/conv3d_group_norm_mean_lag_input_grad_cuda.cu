@@ -545,12 +545,15 @@ LagWorkspace carve_lag(const conv::Conv3dGroupNormMeanBackwardParams& p,
 
 }  // namespace
 
-conv::LagInputGradPlan lag_input_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p) {
+bool lag_input_grad_enabled() {
   const char* setting = std::getenv("FUSED_OPS_CONV3D_LAG_INPUT_GRAD");
+  return setting == nullptr || std::strcmp(setting, "0") != 0;
+}
+
+conv::LagInputGradPlan lag_input_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p) {
   // Where the weight gradient is asked for too, the recomputing tile kernel computes the
   // input gradient for less than these kernels take (benchmarks/h100-2026-11-23-lag).
-  if (p.dx == nullptr || p.dweight != nullptr ||
-      (setting != nullptr && std::strcmp(setting, "0") == 0)) {
+  if (p.dx == nullptr || p.dweight != nullptr) {
     return {};
   }
   return conv::plan_conv3d_group_norm_mean_lag_input_grad(p.conv, p.dtype,

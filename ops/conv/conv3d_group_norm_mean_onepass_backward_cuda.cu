@@ -767,7 +767,8 @@ struct OnePassBackwardFamily {
     const Workspace<T> ws = carve<T>(p, plan, grid, workspace);
     // An input gradient without the weight gradient comes from the lag tables where their
     // family allows (stride 1; conv3d_group_norm_mean_lag_input_grad.cuh).
-    const conv::LagInputGradPlan lag = lag_input_grad_plan(p);
+    conv::LagInputGradPlan lag = lag_input_grad_plan(p);
+    lag.supported = lag.supported && lag_input_grad_enabled();
     conv::Conv3dGroupNormMeanBackwardParams tile_params = p;
     if (lag.supported) {
       tile_params.dx = nullptr;

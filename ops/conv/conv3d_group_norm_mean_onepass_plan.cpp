@@ -282,6 +282,9 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
   if (s.kD != kLagMaxTaps || s.dilation[0] != 1) {
     return plan;  // (the kernel's column: 5 lags along D, consecutive footprint planes)
   }
+  if (dtype == ScalarKind::kDouble) {
+    return plan;  // (its column's sums and table rows in double spill registers)
+  }
   plan.c_in_g = s.C_in / s.groups;
   plan.c_out_g = s.C_out / s.groups;
   if (plan.c_in_g > kLagMaxInputChannels) {
@@ -331,14 +334,17 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
   }
   const int64_t P = plan.patterns[0] * plan.patterns[1] * plan.patterns[2];
   plan.table_elems = P * plan.c_in_g * plan.span[1] * plan.span[2] * plan.row + P * 4;
+  // An item's workspace: its tables, and Q and E in double.
+  const int64_t reduction = plan.c_in_g * taps;
+  const int64_t item_bytes =
+      plan.table_elems * static_cast<int64_t>(acc_bytes) + (reduction * reduction + reduction) * 8;
   const int64_t items = s.N * s.groups;
   plan.items_per_chunk = std::min<int64_t>(
-      items,
-      std::max<int64_t>(1, static_cast<int64_t>(kLagTableBytes / (plan.table_elems * acc_bytes))));
+      {items, std::max<int64_t>(1, static_cast<int64_t>(kLagTableBytes) / item_bytes), 65535});
   // (The kernels index a sample's elements, grid sizes and table elements in 32 bits.)
   constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
-  if (s.D * s.H * s.W > kMax32 || plan.items_per_chunk * plan.table_elems > kMax32 ||
-      plan.w_tiles * plan.h_tiles > kMax32 || plan.items_per_chunk > 65535 ||
+  if (s.D * s.H * s.W > kMax32 || s.N * s.C_in > kMax32 ||
+      plan.items_per_chunk * plan.table_elems > kMax32 || plan.w_tiles * plan.h_tiles > kMax32 ||
       plan.d_tiles > 65535 || plan.table_elems / 1024 >= 65535) {
     return plan;
   }

@@ -180,8 +180,9 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
 // x (2k - 1)^3 products per input position (the headline's 3 x 3 x 125 = 1125) where
 // recomputing y and transposing it takes 2 x C_out/groups x C_in/groups x k^3 (3888) plus the
 // recomputation's halo. Family: stride 1, kD = 3 with dilation 1 along D, kH, kW <= 3,
-// C_in/groups <= 4, and fewer table products per input position than the direct input
-// gradient's. The backward uses it where the weight gradient is not asked for: with it, the
+// C_in/groups <= 4, fewer table products per input position than the direct input
+// gradient's, and float32, float16 or bfloat16 (float sums; in double the kernel's registers
+// spill). The backward uses it where the weight gradient is not asked for: with it, the
 // recomputing tile kernel's input gradient costs less than these kernels (their tables are
 // built per sample; benchmarks/h100-2026-11-23-lag).
 constexpr int64_t kLagMaxTaps = 3;
@@ -225,8 +226,8 @@ struct LagInputGradPlan {
   int64_t FH = 0,
           FW = 0;  // a tile's footprint rows (H) and columns (W); FD = tile depth + span - 1
   // Elements of one (sample, conv group)'s tables: [P][c_in_g][span_h][span_w][row], then the
-  // constants [P][4]; (sample, conv group) items per launch, their tables at most
-  // kLagTableBytes.
+  // constants [P][4]; (sample, conv group) items per launch, their tables and products at
+  // most kLagTableBytes (where one item fits).
   int64_t table_elems = 0;
   int64_t items_per_chunk = 0;
   size_t smem_bytes = 0;  // the input-gradient kernel's (its footprint)
