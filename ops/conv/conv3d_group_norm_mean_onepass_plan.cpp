@@ -338,9 +338,12 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
   const int64_t reduction = plan.c_in_g * taps;
   const int64_t item_bytes =
       plan.table_elems * static_cast<int64_t>(acc_bytes) + (reduction * reduction + reduction) * 8;
+  // As few launches as fit, their items balanced (a last launch of a few items would leave
+  // the device mostly idle).
   const int64_t items = s.N * s.groups;
-  plan.items_per_chunk = std::min<int64_t>(
-      {items, std::max<int64_t>(1, static_cast<int64_t>(kLagTableBytes) / item_bytes), 65535});
+  const int64_t most = std::min<int64_t>(
+      std::max<int64_t>(1, static_cast<int64_t>(kLagTableBytes) / item_bytes), 65535);
+  plan.items_per_chunk = ceil_div(items, ceil_div(items, most));
   // (The kernels index a sample's elements, grid sizes and table elements in 32 bits.)
   constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
   if (s.D * s.H * s.W > kMax32 || s.N * s.C_in > kMax32 ||

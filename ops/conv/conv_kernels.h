@@ -227,12 +227,12 @@ struct LagInputGradPlan {
           FW = 0;  // a tile's footprint rows (H) and columns (W); FD = tile depth + span - 1
   // Elements of one (sample, conv group)'s tables: [P][c_in_g][span_h][span_w][row], then the
   // constants [P][4]; (sample, conv group) items per launch, their tables and products at
-  // most kLagTableBytes (where one item fits).
+  // most kLagTableBytes (where one item fits), balanced over the launches.
   int64_t table_elems = 0;
   int64_t items_per_chunk = 0;
   size_t smem_bytes = 0;  // the input-gradient kernel's (its footprint)
 };
-constexpr size_t kLagTableBytes = size_t{16} << 20;
+constexpr size_t kLagTableBytes = size_t{20} << 20;
 LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s, ScalarKind dtype,
                                                             size_t smem_limit);
 // The CUDA backward (defined only in builds with CUDA): `supported` says whether a problem is
