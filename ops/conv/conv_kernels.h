@@ -182,9 +182,9 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
 // recomputation's halo. Family: stride 1, kD = 3 with dilation 1 along D, kH, kW <= 3,
 // C_in/groups <= 4, fewer table products per input position than the direct input
 // gradient's, and float32, float16 or bfloat16 (float sums; in double the kernel's registers
-// spill). The backward uses it where the weight gradient is not asked for: with it, the
-// recomputing tile kernel's input gradient costs less than these kernels (their tables are
-// built per sample; benchmarks/h100-2026-11-23-lag).
+// spill). The backward uses it where the weight gradient is not asked for: where it is, the
+// recomputing tile kernel adds the input gradient for less than these kernels take (their
+// tables are built per sample; benchmarks/h100-2026-11-23-lag).
 constexpr int64_t kLagMaxTaps = 3;
 constexpr int64_t kLagMaxSpan = 2 * kLagMaxTaps - 1;
 constexpr int64_t kLagMaxInputChannels = 4;
@@ -223,8 +223,8 @@ struct LagInputGradPlan {
   int8_t pattern_id[3][kLagMaxTaps * kLagMaxTaps] = {};
   int8_t pattern_lo[3][kLagMaxPatterns] = {}, pattern_hi[3][kLagMaxPatterns] = {};
   int64_t d_tiles = 0, h_tiles = 0, w_tiles = 0;
-  int64_t FH = 0,
-          FW = 0;  // a tile's footprint rows (H) and columns (W); FD = tile depth + span - 1
+  // A tile's footprint rows (H) and columns (W); its planes (D): the tile's depth + span - 1.
+  int64_t FH = 0, FW = 0;
   // Elements of one (sample, conv group)'s tables: [P][c_in_g][span_h][span_w][row], then the
   // constants [P][4]; (sample, conv group) items per launch, their tables and products at
   // most kLagTableBytes (where one item fits), balanced over the launches.
