@@ -209,11 +209,11 @@ LAG_CASES = {
 @pytest.mark.parametrize("dtype", list(TOLERANCE), ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("name", list(LAG_CASES))
 def test_backward_lag_input_gradient(name, dtype, monkeypatch):
-    """The gradients of a backward that does not want the weight's (the lag tables' input
-    gradient; float64 runs the recomputing kernel either way) against float64, and with the
-    recomputing kernel
-    (FUSED_OPS_CONV3D_LAG_INPUT_GRAD=0), on torch.rand inputs with a large common offset (the
-    tables act on x minus its mean: the offset must not cost accuracy)."""
+    """The gradients of a backward that does not want the weight's against float64: the input
+    gradient from the lag tables, then from the recomputing kernel
+    (FUSED_OPS_CONV3D_LAG_INPUT_GRAD=0; float64 runs it either way), on torch.rand inputs with
+    a large common offset (the tables act on x minus its mean: the offset must not cost
+    accuracy)."""
     torch.manual_seed(0)
     args = conv3d_args(**LAG_CASES[name], dtype=dtype, device="cuda", requires_grad=True)
     args[1].requires_grad_(False)
