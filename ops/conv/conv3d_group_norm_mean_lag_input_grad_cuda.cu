@@ -389,60 +389,58 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
     }
   }
   const int plane_hw = FH * FW;
-  const acc_t* const table_start = trow;
-  for (int b = 0; b < kCi; ++b) {
-    for (int sh = 0; sh < span_h; ++sh) {
-      const acc_t* col_row = x_s + (b * kColumn * FH + th + sh * dil_h) * FW + tw;
-      for (int sw = 0; sw < span_w; ++sw) {
-        const acc_t* col = col_row + sw * dil_w;
-        acc_t tv[kRow], own0[kRow], own1[kRow];
-        load_row<kRow>(trow, tv);
-        if (main_pair != 0) {  // (uniform: the whole block's column)
-          load_row<kRow>(trow + main0, own0);
-          load_row<kRow>(trow + main1, own1);
-        }
-        acc_t xv[kColumn];
-        load_column(col, plane_hw, xv);
-#pragma unroll
-        for (int sd = 0; sd < kSpanD; ++sd) {
-#pragma unroll
-          for (int c = 0; c < kCi; ++c) {
-#pragma unroll
-            for (int j = 0; j < kR; ++j) {
-              acc[j][c] += tv[sd * kCi + c] * xv[j + sd];
-            }
-          }
-        }
-        if (main_pair == 1) {
-          add_row_difference<0>(acc, own0, tv, xv);
-          add_row_difference<kR >= 2 ? 1 : 0>(acc, own1, tv, xv);
-        } else if (main_pair == 2) {
-          add_row_difference<kHigh0>(acc, own0, tv, xv);
-          add_row_difference<kHigh1>(acc, own1, tv, xv);
-        }
-        trow += kRow;
-      }
-    }
-  }
-  if (main_pair == 1 && high_differs) {
-    trow = table_start;
+  // Every lag's table row and footprint column, in the tables' order (input channel, h lag,
+  // w lag): visit(row, column).
+  const auto for_each_lag = [&](auto&& visit) {
+    const acc_t* row = trow;
     for (int b = 0; b < kCi; ++b) {
       for (int sh = 0; sh < span_h; ++sh) {
         const acc_t* col_row = x_s + (b * kColumn * FH + th + sh * dil_h) * FW + tw;
         for (int sw = 0; sw < span_w; ++sw) {
-          const acc_t* col = col_row + sw * dil_w;
-          acc_t tv[kRow], own0[kRow], own1[kRow];
-          load_row<kRow>(trow, tv);
-          load_row<kRow>(trow + high0, own0);
-          load_row<kRow>(trow + high1, own1);
-          acc_t xv[kColumn];
-          load_column(col, plane_hw, xv);
-          add_row_difference<kHigh0>(acc, own0, tv, xv);
-          add_row_difference<kHigh1>(acc, own1, tv, xv);
-          trow += kRow;
+          visit(row, col_row + sw * dil_w);
+          row += kRow;
         }
       }
     }
+  };
+  for_each_lag([&](const acc_t* row, const acc_t* col) {
+    acc_t tv[kRow], own0[kRow], own1[kRow];
+    load_row<kRow>(row, tv);
+    if (main_pair != 0) {  // (uniform: the whole block's column)
+      load_row<kRow>(row + main0, own0);
+      load_row<kRow>(row + main1, own1);
+    }
+    acc_t xv[kColumn];
+    load_column(col, plane_hw, xv);
+#pragma unroll
+    for (int sd = 0; sd < kSpanD; ++sd) {
+#pragma unroll
+      for (int c = 0; c < kCi; ++c) {
+#pragma unroll
+        for (int j = 0; j < kR; ++j) {
+          acc[j][c] += tv[sd * kCi + c] * xv[j + sd];
+        }
+      }
+    }
+    if (main_pair == 1) {
+      add_row_difference<0>(acc, own0, tv, xv);
+      add_row_difference<kR >= 2 ? 1 : 0>(acc, own1, tv, xv);
+    } else if (main_pair == 2) {
+      add_row_difference<kHigh0>(acc, own0, tv, xv);
+      add_row_difference<kHigh1>(acc, own1, tv, xv);
+    }
+  });
+  if (main_pair == 1 && high_differs) {
+    for_each_lag([&](const acc_t* row, const acc_t* col) {
+      acc_t tv[kRow], own0[kRow], own1[kRow];
+      load_row<kRow>(row, tv);
+      load_row<kRow>(row + high0, own0);
+      load_row<kRow>(row + high1, own1);
+      acc_t xv[kColumn];
+      load_column(col, plane_hw, xv);
+      add_row_difference<kHigh0>(acc, own0, tv, xv);
+      add_row_difference<kHigh1>(acc, own1, tv, xv);
+    });
   }
   if (h < H && w < W) {
     const int patterns = static_cast<int>(plan.patterns[0]) * hw_patterns;

@@ -553,7 +553,6 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_backward_kernel(const Bac
       if (want_dw) {
         constexpr int kSetsPerWarp = kWarpSize / kWeightGradLanes;
         const int tap_sets = (K + kWeightGradTaps<acc_t> - 1) / kWeightGradTaps<acc_t>;
-        const int owned = owned_dims_s[0] * owned_dims_s[1] * owned_dims_s[2];
         const int sub = lane % kWeightGradLanes;
         for (int set0 = warp * kSetsPerWarp; set0 < tap_sets;
              set0 += kWarpsPerBlock * kSetsPerWarp) {
