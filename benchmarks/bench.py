@@ -237,9 +237,17 @@ def main(argv=None):
 
     fused_info, fo = load_fused(a.lib)
     env = environment(device)
+    if hasattr(fo, "split_tf32_conv_kernel"):
+        # Which kernel runs the float32-grade convolutions (ConvTranspose3d, TF32 off).
+        env["split_tf32_conv_kernel"] = fo.split_tf32_conv_kernel(device)
     log(
         f"device: {env['device_name']} | torch {env['torch']} | cuda {env['cuda']} | "
         f"cudnn {env['cudnn']} | fused_ops: {fused_info['source']} ({fused_info['library']})"
+        + (
+            f" | split-TF32 convolution: {env['split_tf32_conv_kernel']}"
+            if env.get("split_tf32_conv_kernel")
+            else ""
+        )
     )
     log(
         f"workloads {a.only} | modes {a.modes} | tf32 {a.tf32} | compile {a.compile_impls} | "

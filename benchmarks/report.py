@@ -330,6 +330,11 @@ def render_text(doc, results):
     head = (
         f"{env['device_name']} | torch {env['torch']} | cuda {env['cuda']} | cudnn {env['cudnn']}"
         f" | {env['date']} | wall {doc['wall_s']:.0f}s"
+        + (
+            f" | split-TF32 convolution: {env['split_tf32_conv_kernel']}"
+            if env.get("split_tf32_conv_kernel")
+            else ""
+        )
     )
     bar = "=" * 20
     lines = [

@@ -11,6 +11,7 @@
 // Prints: tile, ms (median of 20), TFLOP/s (2 * M * N * K useful flops), max |error| of the
 // samples relative to the largest |result|.
 #include "conv/split_tf32_conv3d.cuh"
+#include "standalone_cuda.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -47,42 +48,6 @@ template <> struct Candidate<13> { using T = SplitTf32Tile<128,  64, 16, 64, 32,
 using Tile = Candidate<FUSED_OPS_TUNE_TILE>::T;
 using Conv = gpu::SplitTf32Conv3dFprop<Tile>;
 using Wgrad = gpu::SplitTf32Conv3dWgrad<Tile>;
-
-#define CHECK_CUDA(call)                                                              \
-  do {                                                                                \
-    cudaError_t e = (call);                                                           \
-    if (e != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
-
-float* to_device(const std::vector<float>& v) {
-  float* d = nullptr;
-  CHECK_CUDA(cudaMalloc(&d, v.size() * 4));
-  CHECK_CUDA(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
-  return d;
-}
-
-// Median time of `launch` over 20 runs after 5 warm-ups, in ms.
-template <typename Launch>
-double median_ms(Launch launch) {
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int i = 0; i < 25; ++i) {
-    CHECK_CUDA(cudaEventRecord(start));
-    CHECK_CUDA(launch());
-    CHECK_CUDA(cudaEventRecord(stop));
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
-    if (i >= 5) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 double max_abs(const std::vector<float>& v) {
   double m = 0;

@@ -41,6 +41,7 @@ __all__ = [
     "library_search_paths",
     "has_cuda_kernels",
     "dispatch_path",
+    "split_tf32_conv_kernel",
     "relu_group_norm",
     "group_norm_mean",
     "conv_transpose3d_relu_group_norm",
@@ -139,6 +140,20 @@ def dispatch_path(op: str, *args) -> str:
     convolution's output never written; in training, backward recomputes it from the input).
     """
     return getattr(torch.ops.fused, f"_{op}_path")(*args)
+
+
+def split_tf32_conv_kernel(device: Union[str, torch.device, None] = None) -> str:
+    """The kernel that runs the float32-grade convolutions of the
+    ``"transposed_as_forward_split_tf32"`` path (``dispatch_path``) on ``device`` (default: the
+    current CUDA device): ``"wgmma"`` (Hopper's warpgroup tensor-core instructions, compute
+    capability 9.0), ``"mma_sync"`` (CUTLASS's sm80 kernel: compute capability 8.x, or with the
+    environment variable ``FUSED_OPS_SPLIT_TF32_WGMMA=0`` set before the first call), or ``""``
+    where that path does not run (the CPU, a build without CUTLASS, older GPUs). A debug query,
+    like ``dispatch_path``.
+    """
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return torch.ops.fused._split_tf32_conv_kernel(torch.empty(0, device=device))
 
 
 # ---------------------------------------------------------------------------------------

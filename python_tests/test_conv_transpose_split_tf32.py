@@ -1,8 +1,15 @@
 """conv_transpose3d_relu_group_norm on the split-TF32 tensor-core convolution (CUDA, float32,
 TF32 off): the path it takes, and its values and gradients against float64 over shapes,
-paddings, dilations, layouts and misaligned data; falls back to cuDNN outside its family."""
+paddings, dilations, layouts and misaligned data; falls back to cuDNN outside its family.
+Its forward convolutions run the wgmma kernel on sm_90 devices and CUTLASS's sm80 kernel
+elsewhere; on an sm_90 device the tests below run the sm80 one too, in a subprocess
+(FUSED_OPS_SPLIT_TF32_WGMMA=0)."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -27,6 +34,25 @@ def _path(args):
     return fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args)
 
 
+def _draw_away_from_relu_kinks(args, rel=1e-6):
+    """Draws x (torch.rand, in place) until no pre-ReLU conv output lies within rel * max|y|
+    of zero. There float32 and the float64 reference may take opposite sides of ReLU (both
+    correct to rounding), and the gradients then differ by O(1): seen once in 400 draws of
+    k2_no_bias (a conv output of 1e-7 of the largest). The kernels' errors stay far below
+    rel (float32 rounding: a few 1e-7 of the largest output)."""
+    x, w, b, stride, padding, output_padding, groups, dilation = args[:8]
+    for _ in range(20):
+        with torch.no_grad():
+            x.copy_(torch.rand_like(x))
+            y = torch.nn.functional.conv_transpose3d(
+                x.double(), w.double(), None if b is None else b.double(), stride, padding,
+                output_padding, groups, dilation,
+            )  # fmt: skip
+        if (y.abs() > rel * y.abs().max()).all():
+            return
+    pytest.fail("no draw of x keeps the conv output away from zero")
+
+
 # (input shape, C_out, kernel, GroupNorm groups, other arguments)
 CASES = {
     "k3": ((2, 8, 5, 6, 7), 16, 3, 4, {}),
@@ -36,6 +62,9 @@ CASES = {
     "k1": ((3, 4, 3, 3, 3), 4, 1, 1, {}),
     "k5_pad2_no_affine": ((1, 8, 4, 4, 4), 12, 5, 3, dict(padding=2, gn_affine=False)),
     "wide": ((2, 64, 6, 6, 6), 128, 3, 8, {}),
+    # C_in (36) not a multiple of the 32-channel K block; C_out (200) two 128-channel tiles,
+    # the second partly padding; the input gradient's 36 output channels one 64-channel tile
+    "c36_c200": ((1, 36, 5, 6, 7), 200, 3, 8, dict(padding=1)),
 }  # fmt: skip
 
 
@@ -68,8 +97,7 @@ def test_values_and_gradients_vs_float64(case, layout):
     args = conv_transpose_args(shape, c_out, k, groups, device="cuda", **kw)
     args[0] = LAYOUTS[layout](args[0])
     # torch.rand-like inputs (non-negative: the conv output gets a common offset).
-    with torch.no_grad():
-        args[0].copy_(torch.rand_like(args[0]))
+    _draw_away_from_relu_kinks(args)
     # The conv output (saved for backward) is in the input's layout, and the GroupNorm reads a
     # channels-last one in place.
     assert _path(args) == SPLIT_TF32 + ("" if layout == "contiguous" else "_channels_last")
@@ -114,3 +142,43 @@ def test_empty_batch():
     args = conv_transpose_args((0, 8, 4, 4, 4), 8, 3, 2, device="cuda", requires_grad=False)
     assert _path(args) != SPLIT_TF32
     assert torch.ops.fused.conv_transpose3d_relu_group_norm(*args).shape == (0, 8, 6, 6, 6)
+
+
+def test_split_tf32_conv_kernel_query():
+    """Hopper (compute capability 9.0) runs the wgmma kernel unless it is switched off; other
+    GPUs with tensor cores CUTLASS's sm80 one; the CPU neither."""
+    kernel = fused_ops.split_tf32_conv_kernel()
+    capability = torch.cuda.get_device_capability()
+    if capability == (9, 0) and os.environ.get("FUSED_OPS_SPLIT_TF32_WGMMA") != "0":
+        assert kernel == "wgmma"
+    elif capability >= (8, 0):
+        assert kernel == "mma_sync"
+    assert torch.ops.fused._split_tf32_conv_kernel(torch.empty(0)) == ""
+
+
+_SM80_SCRIPT = """
+import sys, torch, fused_ops
+sys.path.insert(0, {tests!r})
+import test_conv_transpose_split_tf32 as t
+assert fused_ops.split_tf32_conv_kernel() == "mma_sync", fused_ops.split_tf32_conv_kernel()
+torch.backends.cudnn.allow_tf32 = False  # (the tests' autouse fixture)
+for case in {cases!r}:
+    for layout in ("contiguous", "channels_last"):
+        t.test_values_and_gradients_vs_float64(case, layout)
+t.test_matches_eager_module()
+print("ok")
+"""
+
+
+def test_sm80_kernel_where_wgmma_runs():
+    """Where the wgmma kernel runs, CUTLASS's sm80 kernel (what other GPUs run) passes the same
+    checks: in a subprocess with FUSED_OPS_SPLIT_TF32_WGMMA=0 (read once per process)."""
+    if fused_ops.split_tf32_conv_kernel() != "wgmma":
+        pytest.skip("the wgmma kernel does not run here: the other tests run the sm80 one")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    script = _SM80_SCRIPT.format(tests=tests, cases=["k3", "k312_dilated", "wide", "c36_c200"])
+    env = dict(os.environ, FUSED_OPS_SPLIT_TF32_WGMMA="0")
+    r = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr

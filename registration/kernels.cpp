@@ -9,6 +9,7 @@
 //   and the GroupNorm host functions, which pick the device's kernels) and Meta.
 // * Debug queries: CompositeImplicitAutograd (they compute nothing).
 #include "conv/conv3d_group_norm_mean.h"
+#include "conv/conv_stage.h"
 #include "conv/conv_transpose3d_relu_group_norm.h"
 #include "norm/group_norm_mean.h"
 #include "norm/relu_group_norm.h"
@@ -63,6 +64,7 @@ TORCH_LIBRARY_IMPL(fused, CompositeImplicitAutograd, m) {
   m.impl("_conv_transpose3d_relu_group_norm_path",
          TORCH_FN(conv::conv_transpose3d_relu_group_norm_path));
   m.impl("_conv3d_group_norm_mean_path", TORCH_FN(conv::conv3d_group_norm_mean_path));
+  m.impl("_split_tf32_conv_kernel", TORCH_FN(conv::split_tf32_conv_kernel));
 }
 
 }  // namespace fused_ops

@@ -82,4 +82,7 @@ TORCH_LIBRARY(fused, m) {
   def("_group_norm_mean_path", kGroupNormMeanArgs, "str");
   def("_conv_transpose3d_relu_group_norm_path", kConvTransposeArgs, "str");
   def("_conv3d_group_norm_mean_path", kConv3dArgs, "str");
+  // Which kernel runs the float32-grade (split-TF32) convolution on input's device: "wgmma",
+  // "mma_sync", or "" where that path cannot run.
+  def("_split_tf32_conv_kernel", "(Tensor input)", "str");
 }

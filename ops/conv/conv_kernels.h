@@ -266,13 +266,24 @@ struct Conv3dWeightGradChannelsLastParams {
 // Whether the split-TF32 tensor-core convolution (split_tf32_conv3d.cuh) takes this shape: one
 // conv group, C_in and C_out multiples of 4 (its 16-byte loads and stores), and every size
 // and element count within int32 (CUTLASS's problem size). Plain host logic, in every build.
-bool split_tf32_conv3d_shape_supported(const Conv3dShape& s);
+inline bool split_tf32_conv3d_shape_supported(const Conv3dShape& s) {
+  constexpr int64_t kMaxBytes = int64_t{1} << 31;  // CUTLASS's 32-bit offsets
+  const int64_t x_elements = s.N * s.C_in * s.D * s.H * s.W;
+  const int64_t w_elements = s.C_out * s.C_in * s.kD * s.kH * s.kW;
+  const int64_t y_elements = s.N * s.C_out * s.Do * s.Ho * s.Wo;
+  return s.groups == 1 && s.C_in % 4 == 0 && s.C_out % 4 == 0 && x_elements > 0 && y_elements > 0 &&
+         x_elements * 4 < kMaxBytes && w_elements * 4 < kMaxBytes && y_elements * 4 < kMaxBytes;
+}
 
 // The split-TF32 convolution and its weight gradient on CUDA (defined only in builds with CUDA
 // and CUTLASS; see FUSED_OPS_WITH_CUTLASS): `supported` says whether they run this shape on the
 // current device (compute capability 8.0+, enough shared memory, CUTLASS accepts it).
 struct SplitTf32Conv3dCudaKernel {
   bool (*supported)(const Conv3dShape&);
+  // Which kernel runs the forward on the current device: "wgmma" (Hopper's warpgroup
+  // instructions, split_tf32_wgmma_conv3d.cuh: sm_90 devices, for every shape but kernels of
+  // more than 32 taps along D, H and W together) or "mma_sync" (CUTLASS's sm80 kernel).
+  const char* (*forward_kernel)();
   CudaKernel<Conv3dChannelsLastParams> forward;
   CudaKernel<Conv3dWeightGradChannelsLastParams> weight_grad;
 };

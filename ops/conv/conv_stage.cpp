@@ -64,6 +64,7 @@
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
+#include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -373,15 +374,6 @@ Conv3dShape forward_conv3d_shape(const at::Tensor& input, int64_t c_out, const a
   return s;
 }
 
-bool split_tf32_conv3d_shape_supported(const Conv3dShape& s) {
-  constexpr int64_t kMaxBytes = int64_t{1} << 31;  // CUTLASS's 32-bit offsets
-  const int64_t x_elements = s.N * s.C_in * s.D * s.H * s.W;
-  const int64_t w_elements = s.C_out * s.C_in * s.kD * s.kH * s.kW;
-  const int64_t y_elements = s.N * s.C_out * s.Do * s.Ho * s.Wo;
-  return s.groups == 1 && s.C_in % 4 == 0 && s.C_out % 4 == 0 && x_elements > 0 && y_elements > 0 &&
-         x_elements * 4 < kMaxBytes && w_elements * 4 < kMaxBytes && y_elements * 4 < kMaxBytes;
-}
-
 // CPU: the fused conv operators' passes that need the convolution's output (or its gradient)
 // only per sample run by chunks of the batch of about kCpuChunkBytes of it each, at least
 // kCpuMinChunkSamples samples: Conv3dGroupNormMean's forward without autograd (only the means
@@ -426,6 +418,16 @@ const char* conv_path_name(ConvPath path) {
       return "transposed_as_forward_split_tf32";
   }
   return "unknown";
+}
+
+std::string split_tf32_conv_kernel(const at::Tensor& input) {
+#ifdef FUSED_OPS_WITH_CUTLASS
+  if (input.is_cuda()) {
+    const c10::DeviceGuard device_guard(input.device());
+    return split_tf32_conv3d_cuda.forward_kernel();
+  }
+#endif
+  return "";
 }
 
 ConvPath select_conv_path(const at::Tensor& input, const at::Tensor& weight, const Conv3dParams& p,

@@ -36,6 +36,11 @@ enum class ConvPath {
 };
 const char* conv_path_name(ConvPath path);
 
+// Debug query: the kernel that runs kTransposedAsForwardSplitTf32's convolutions on `input`'s
+// device: "wgmma" (Hopper's warpgroup instructions) or "mma_sync" (CUTLASS's sm80 kernel);
+// "" where that path cannot run (the CPU, a build without CUTLASS, compute capability < 8.0).
+std::string split_tf32_conv_kernel(const at::Tensor& input);
+
 // The Conv3dShape (conv_kernels.h: the kernels' plain description) of the forward convolution
 // `forward` (not transposed) of `input` (N, C_in, D, H, W) into `c_out` channels with the
 // kernel sizes of `weight` (its last three); output sizes by the usual formula.

@@ -1,12 +1,15 @@
 // The library's instances of the split-TF32 tensor-core convolution (split_tf32_conv3d.cuh):
 // float32 3-d convolution and its weight gradient, NDHWC, with float32-grade accuracy.
 //
-// Tiles: the forward's wide tile here (its narrow one, for C_out <= 64, in
-// split_tf32_conv3d_narrow_cuda.cu); the weight gradient on the wide tile. The choice and its
-// measurements: benchmarks/tune_split_tf32_conv3d.cu.
+// The forward runs the wgmma kernel (split_tf32_wgmma_conv3d.cuh) on sm_90 devices where it takes
+// the shape, else CUTLASS's sm80 kernel: the wide tile here (its narrow one, for C_out <= 64, in
+// split_tf32_conv3d_narrow_cuda.cu). The weight gradient: CUTLASS's sm80 kernel on the wide
+// tile. The choices and their measurements: benchmarks/split_tf32_wgmma_check.cu and
+// benchmarks/tune_split_tf32_conv3d.cu.
 #include "common/cuda/device_info.cuh"
 #include "conv/conv_kernels.h"
 #include "conv/split_tf32_conv3d.cuh"
+#include "conv/split_tf32_wgmma_conv3d.cuh"
 
 namespace fused_ops {
 namespace gpu {
@@ -36,12 +39,24 @@ bool split_tf32_supported(const conv::Conv3dShape& s) {
   return forward_runs && Wgrad::can_implement(weight_grad, wgrad_slices(s));
 }
 
-size_t forward_workspace_bytes(const conv::Conv3dChannelsLastParams&) { return 0; }
+size_t forward_workspace_bytes(const conv::Conv3dChannelsLastParams& p) {
+  return wgmma_conv_supported(p.conv) ? wgmma_conv_workspace_bytes(p.conv) : 0;
+}
 
-int forward_launch(const conv::Conv3dChannelsLastParams& p, void* /*workspace*/, void* stream) {
+int forward_launch(const conv::Conv3dChannelsLastParams& p, void* workspace, void* stream) {
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  if (wgmma_conv_supported(p.conv)) {
+    return static_cast<int>(wgmma_conv_launch(p, workspace, cuda_stream));
+  }
   return static_cast<int>(narrow(p.conv) ? split_tf32_narrow_fprop_launch(p, cuda_stream)
                                          : Fprop::launch(p, cuda_stream));
+}
+
+const char* forward_kernel_name() {
+  if (!current_device_info().tensor_cores) {
+    return "";
+  }
+  return wgmma_conv_available() ? "wgmma" : "mma_sync";
 }
 
 size_t weight_grad_workspace_bytes(const conv::Conv3dWeightGradChannelsLastParams& p) {
@@ -61,6 +76,7 @@ namespace conv {
 
 const SplitTf32Conv3dCudaKernel split_tf32_conv3d_cuda{
     gpu::split_tf32_supported,
+    gpu::forward_kernel_name,
     {gpu::forward_workspace_bytes, gpu::forward_launch},
     {gpu::weight_grad_workspace_bytes, gpu::weight_grad_launch}};
 

@@ -1,0 +1,296 @@
+// Checks and times the wgmma split-TF32 convolution (ops/conv/split_tf32_wgmma_conv3d.cuh)
+// against CUTLASS's sm80 split-TF32 kernel (split_tf32_conv3d.cuh, what runs on other GPUs) on
+// the same problems in one process, without PyTorch. Every output element is compared with a
+// float64 convolution computed on the GPU (a direct kernel); the output is poisoned (NaN)
+// before each run, so an element left unwritten fails.
+//
+//   tools/split_tf32_wgmma_check.sh             # builds for sm_90a, runs on the current GPU
+//   tools/split_tf32_wgmma_check.sh "" --stress  # the small shapes, 300 runs each, compared
+//                                                # bitwise with the first run and with float64
+//
+// Problems: the headline ConvTranspose3d(64 -> 128, k3) on (16, 64, 32^3) as the forward
+// convolution the library runs (padding 2) and its input gradient (128 -> 64 channels on
+// 34^3, padding 0), both timed; then small shapes over the parameter surface (C_in not a
+// multiple of 32, C_out not a multiple of the tile, stride, dilation, asymmetric kernels,
+// M not a multiple of the tile, N = 1). Inputs: torch.rand-like x in [0, 1) (a common offset
+// in y, which exposes cancellation), weights and bias N(0, 1/fan_in).
+// Prints per problem and kernel: ms (median of 20, the weights' split included), TFLOP/s of
+// useful work (2 * M * C_out * K), relative L2 and max error against float64 (max relative to
+// the largest |y|); exits non-zero if a wgmma result is not finite or is more than twice as
+// far from float64 as CUTLASS's (or, where CUTLASS cannot run the shape, above 1e-6).
+#include "conv/split_tf32_conv3d.cuh"
+#include "conv/split_tf32_wgmma_conv3d.cuh"
+#include "standalone_cuda.cuh"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+namespace {
+using namespace fused_ops;
+
+struct Problem {
+  const char* name;
+  int64_t N, C_in, D, H, W, C_out, k[3], pad[3], stride[3], dil[3];
+  bool timed;
+};
+
+conv::Conv3dShape shape_of(const Problem& q) {
+  conv::Conv3dShape s{};
+  s.N = q.N, s.C_in = q.C_in, s.D = q.D, s.H = q.H, s.W = q.W, s.C_out = q.C_out;
+  s.kD = q.k[0], s.kH = q.k[1], s.kW = q.k[2];
+  const int64_t in[3] = {q.D, q.H, q.W};
+  int64_t* out[3] = {&s.Do, &s.Ho, &s.Wo};
+  for (int i = 0; i < 3; ++i) {
+    s.stride[i] = q.stride[i], s.padding[i] = q.pad[i], s.dilation[i] = q.dil[i];
+    *out[i] = (in[i] + 2 * q.pad[i] - q.dil[i] * (q.k[i] - 1) - 1) / q.stride[i] + 1;
+  }
+  s.groups = 1;
+  return s;
+}
+
+// One thread per output element, float64 products and sums.
+__global__ void reference_conv3d_kernel(conv::Conv3dShape s, const float* x, const float* w,
+                                        const float* b, double* y) {
+  const int64_t total = s.N * s.Do * s.Ho * s.Wo * s.C_out;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t rest = i;
+    const int64_t k = rest % s.C_out;
+    rest /= s.C_out;
+    const int64_t q = rest % s.Wo;
+    rest /= s.Wo;
+    const int64_t p = rest % s.Ho;
+    rest /= s.Ho;
+    const int64_t z = rest % s.Do, n = rest / s.Do;
+    double acc = b[k];
+    for (int64_t t = 0; t < s.kD; ++t) {
+      const int64_t zi = z * s.stride[0] - s.padding[0] + t * s.dilation[0];
+      if (zi < 0 || zi >= s.D) continue;
+      for (int64_t r = 0; r < s.kH; ++r) {
+        const int64_t yi = p * s.stride[1] - s.padding[1] + r * s.dilation[1];
+        if (yi < 0 || yi >= s.H) continue;
+        for (int64_t u = 0; u < s.kW; ++u) {
+          const int64_t xi = q * s.stride[2] - s.padding[2] + u * s.dilation[2];
+          if (xi < 0 || xi >= s.W) continue;
+          const float* xr = x + (((n * s.D + zi) * s.H + yi) * s.W + xi) * s.C_in;
+          const float* wr = w + (((k * s.kD + t) * s.kH + r) * s.kW + u) * s.C_in;
+          for (int64_t c = 0; c < s.C_in; ++c) acc += double(xr[c]) * double(wr[c]);
+        }
+      }
+    }
+    y[i] = acc;
+  }
+}
+
+// A problem's data on the device (x torch.rand-like in [0, 1): a common offset in y, which
+// exposes cancellation; weights and bias N(0, 1/fan_in)), an output buffer, the float64
+// reference, and the split weights' workspace of the wgmma kernel.
+struct Prepared {
+  conv::Conv3dShape s;
+  size_t ny;
+  conv::Conv3dChannelsLastParams p;
+  std::vector<double> ref;
+  void* workspace = nullptr;
+
+  Prepared(const Problem& q, std::mt19937& rng) : s(shape_of(q)) {
+    const size_t nx = s.N * s.D * s.H * s.W * s.C_in;
+    const size_t nw = s.C_out * s.kD * s.kH * s.kW * s.C_in;
+    ny = s.N * s.Do * s.Ho * s.Wo * s.C_out;
+    std::uniform_real_distribution<float> uni(0.f, 1.f);
+    std::normal_distribution<float> gauss(0.f, 1.f / std::sqrt(float(nw / s.C_out)));
+    std::vector<float> x(nx), w(nw), b(s.C_out);
+    for (auto& v : x) v = uni(rng);
+    for (auto& v : w) v = gauss(rng);
+    for (auto& v : b) v = gauss(rng);
+    p = conv::Conv3dChannelsLastParams{s, to_device(x), to_device(w), to_device(b), nullptr};
+    CHECK_CUDA(cudaMalloc(&p.y, ny * 4));
+    double* dref = nullptr;
+    CHECK_CUDA(cudaMalloc(&dref, ny * 8));
+    reference_conv3d_kernel<<<4096, 256>>>(s, p.x, p.weight, p.bias, dref);
+    CHECK_CUDA(cudaGetLastError());
+    ref.resize(ny);
+    CHECK_CUDA(cudaMemcpy(ref.data(), dref, ny * 8, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaFree(dref));
+    if (gpu::wgmma_conv_supported(s)) {
+      CHECK_CUDA(cudaMalloc(&workspace, gpu::wgmma_conv_workspace_bytes(s)));
+    }
+  }
+  ~Prepared() {
+    cudaFree(const_cast<float*>(p.x));
+    cudaFree(const_cast<float*>(p.weight));
+    cudaFree(const_cast<float*>(p.bias));
+    cudaFree(p.y);
+    cudaFree(workspace);
+  }
+  Prepared(const Prepared&) = delete;
+  Prepared& operator=(const Prepared&) = delete;
+
+  // `launch` (returns a cudaError_t) on a poisoned (NaN) output; the output.
+  template <typename Launch>
+  std::vector<float> run(Launch launch) const {
+    CHECK_CUDA(cudaMemset(p.y, 0xff, ny * 4));
+    CHECK_CUDA(launch());
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<float> out(ny);
+    CHECK_CUDA(cudaMemcpy(out.data(), p.y, ny * 4, cudaMemcpyDeviceToHost));
+    return out;
+  }
+  cudaError_t wgmma() const { return gpu::wgmma_conv_launch(p, workspace, nullptr); }
+};
+
+struct Errors {
+  double rel_l2 = 0, rel_max = 0;
+  bool finite = true;
+};
+
+Errors errors(const std::vector<float>& y, const std::vector<double>& ref) {
+  double num = 0, den = 0, mx = 0, scale = 0;
+  Errors e;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (!std::isfinite(y[i])) e.finite = false;
+    const double d = double(y[i]) - ref[i];
+    num += d * d, den += ref[i] * ref[i];
+    mx = std::max(mx, std::fabs(d));
+    scale = std::max(scale, std::fabs(ref[i]));
+  }
+  e.rel_l2 = std::sqrt(num / den);
+  e.rel_max = mx / scale;
+  return e;
+}
+
+// The small shapes run `reps` times each by the library's launch, every run compared bitwise
+// with the first (a race or an unwritten element shows as a difference) and with float64.
+int stress(const std::vector<Problem>& problems, int reps) {
+  std::mt19937 rng(1);
+  int status = 0;
+  for (const Problem& q : problems) {
+    const Prepared d(q, rng);
+    std::vector<float> first;
+    int differing = 0;
+    double worst = 0;
+    for (int r = 0; r < reps; ++r) {
+      const std::vector<float> y = d.run([&] { return d.wgmma(); });
+      worst = std::max(worst, errors(y, d.ref).rel_max);
+      if (r == 0) {
+        first = y;
+      } else if (std::memcmp(y.data(), first.data(), d.ny * 4) != 0 && differing++ == 0) {
+        for (size_t i = 0; i < d.ny; ++i) {
+          if (std::memcmp(&y[i], &first[i], 4) != 0) {
+            std::printf(
+                "%-42s run %d differs first at element %zu (row %zu, channel %zu): "
+                "%g vs %g (float64 %g)\n",
+                q.name, r, i, i / d.s.C_out, i % d.s.C_out, y[i], first[i], d.ref[i]);
+            break;
+          }
+        }
+      }
+    }
+    std::printf("%-42s %d runs: %d differ from the first; worst rel max %.2e\n", q.name, reps,
+                differing, worst);
+    if (differing != 0 || worst > 1e-5) status = 2;
+  }
+  std::printf(status == 0 ? "stress passed\n" : "stress FAILED\n");
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using Wide = gpu::SplitTf32Conv3dFprop<gpu::SplitTf32WideTile>;
+  using Narrow = gpu::SplitTf32Conv3dFprop<gpu::SplitTf32NarrowTile>;
+  // clang-format off
+  const std::vector<Problem> problems = {
+    {"headline forward (transposed as forward)", 16, 64, 32, 32, 32, 128, {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, true},
+    {"headline input gradient",                  16, 128, 34, 34, 34, 64, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, true},
+    {"C_in 36, C_out 200",                        2, 36, 7, 9, 11, 200,  {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false},
+    {"C_in 4, C_out 12, dilation 2",              1, 4, 5, 6, 7, 12,     {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, {2, 2, 2}, false},
+    {"kernel 3x1x2, N 3",                         3, 8, 9, 10, 11, 16,   {3, 1, 2}, {1, 0, 1}, {1, 1, 1}, {1, 1, 1}, false},
+    {"stride 2",                                  2, 16, 12, 12, 13, 32, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}, {1, 1, 1}, false},
+    {"C_in 100, C_out 68",                        1, 100, 4, 5, 6, 68,   {3, 3, 3}, {2, 1, 0}, {1, 1, 1}, {1, 2, 1}, false},
+    {"C_out 256, 1x1x1",                          2, 32, 6, 7, 8, 256,   {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, false},
+  };
+  const std::vector<Problem> small = {
+    {"k2 input gradient (32 -> 16 on 7^3)",       1, 32, 7, 7, 7, 16,    {2, 2, 2}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, false},
+    {"k2 forward (16 -> 32 on 6^3, pad 1)",       1, 16, 6, 6, 6, 32,    {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false},
+    {"k3 wide (64 -> 128 on 6^3, pad 2)",         2, 64, 6, 6, 6, 128,   {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, false},
+    problems[2],
+  };
+  // clang-format on
+  if (!gpu::wgmma_conv_available()) {
+    std::printf(
+        "the wgmma convolution does not run on this device (needs sm_90 and sm_90a code)\n");
+    return 1;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--stress") == 0) {
+    return stress(small, argc > 2 ? std::atoi(argv[2]) : 300);
+  }
+  std::mt19937 rng(0);
+  int status = 0;
+  std::printf("%-42s %-10s %9s %9s %10s %10s\n", "problem", "kernel", "ms", "TFLOP/s", "rel L2",
+              "rel max");
+  for (const Problem& q : problems) {
+    const Prepared d(q, rng);
+    const conv::Conv3dShape& s = d.s;
+    const double flops = 2.0 * double(s.N * s.Do * s.Ho * s.Wo) * double(s.C_out) *
+                         double(s.C_in * s.kD * s.kH * s.kW);
+    // Runs `launch`, reports its errors (and time, for the timed problems).
+    auto measure = [&](const char* kernel, auto launch) {
+      const Errors e = errors(d.run(launch), d.ref);
+      if (q.timed) {
+        const double ms = median_ms(launch);
+        std::printf("%-42s %-10s %9.3f %9.1f %10.2e %10.2e\n", q.name, kernel, ms,
+                    flops / ms * 1e-9, e.rel_l2, e.rel_max);
+      } else {
+        std::printf("%-42s %-10s %9s %9s %10.2e %10.2e\n", q.name, kernel, "", "", e.rel_l2,
+                    e.rel_max);
+      }
+      return e;
+    };
+
+    // CUTLASS sm80 (where it can run the shape)
+    Errors cutlass_err;
+    bool have_cutlass = false;
+    const bool narrow = s.C_out <= 64;
+    if (narrow ? Narrow::can_implement(d.p) : Wide::can_implement(d.p)) {
+      cutlass_err = measure("sm80", [&] {
+        return narrow ? Narrow::launch(d.p, nullptr) : Wide::launch(d.p, nullptr);
+      });
+      have_cutlass = true;
+    }
+
+    // wgmma: the library's choice (wgmma_conv_launch), then each tile alone
+    if (!gpu::wgmma_conv_supported(s)) {
+      std::printf("%-42s wgmma: shape not supported\n", q.name);
+      status = 1;
+      continue;
+    }
+    auto check = [&](const char* kernel, auto launch) {
+      const Errors e = measure(kernel, launch);
+      const bool ok = e.finite && (have_cutlass ? e.rel_l2 <= 2 * cutlass_err.rel_l2 &&
+                                                      e.rel_max <= 2 * cutlass_err.rel_max
+                                                : e.rel_l2 <= 1e-6 && e.rel_max <= 1e-6);
+      if (!ok) {
+        std::printf("%-42s %s FAIL\n", q.name, kernel);
+        status = 2;
+      }
+    };
+    check("wgmma", [&] { return d.wgmma(); });
+    // The tiles alone, on the weights wgmma_conv_launch split above.
+    const gpu::WgmmaConvParams wp = gpu::wgmma_conv_params(d.p, d.workspace);
+    check("128x128/4", [&] {
+      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4>>(wp, nullptr);
+    });
+    check("128x128/3", [&] {
+      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 3>>(wp, nullptr);
+    });
+    check("128x64/4", [&] {
+      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 4>>(wp, nullptr);
+    });
+    check("128x64/6", [&] {
+      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 6>>(wp, nullptr);
+    });
+  }
+  std::printf(status == 0 ? "all passed\n" : "FAILED\n");
+  return status;
+}

@@ -1,0 +1,449 @@
+// A float32 3-d convolution with float32-grade accuracy on Hopper's warpgroup tensor-core
+// instructions (wgmma, sm_90a; nvcc only, CUTLASS's CuTe headers for the instruction atoms):
+//
+//   y[n, z, p, q, k] = bias[k] + sum over (t, r, s, c) of
+//       x[n, z*sd - pd + t*dd, p*sh - ph + r*dh, q*sw - pw + s*dw, c] * w[k, t, r, s, c]
+//
+// x, y NDHWC, zero outside x (the padding), one conv group: the forward convolution of
+// split_tf32_conv3d.cuh, which runs CUTLASS's sm80 mma.sync kernel; that one tops out at
+// ~190 TFLOP/s of TF32 products on an H100 (benchmarks/README.md), wgmma at about twice that.
+//
+// Computation: an implicit GEMM of M = N*Do*Ho*Wo output positions by N = C_out channels over
+// K = kD*kH*kW*C_in, walked one (tap, 32 input channels) block at a time. Split TF32
+// ("3xTF32"): a * b = a_hi b_hi + a_hi b_lo + a_lo b_hi with a_hi = a rounded to TF32 and
+// a_lo = a - a_hi rounded to TF32 (the dropped a_lo b_lo is ~2^-22 of the product),
+// accumulated in float32 by the tensor cores.
+//   - The weights are split once per call (split_tf32_weights_kernel) into two arrays
+//     [tap][C_out padded to the tile][C_in padded to 32] of TF32 values, zero in the padding.
+//   - x is split in registers: the A operand of wgmma may come from registers, so each
+//     thread loads its fragment of the activation tile from shared memory, rounds it and
+//     issues the three products (a_hi with w_hi and w_lo, a_lo with w_hi); B (the weights)
+//     comes from shared memory through matrix descriptors.
+//
+// Accumulation: the tensor cores' float32 accumulation (wgmma's, measured on an H100) rounds
+// each instruction's sum with a bias (toward zero, about half an ulp of the accumulator per
+// instruction): over the headline's 648 instructions an output was 1.1e-5 off (relative L2
+// against float64), where CUTLASS's sm80 mma.sync kernel is 2.9e-7 off. So the tensor cores sum
+// one K block at a time (12 instructions) from zero, and float32 adds on the CUDA cores (round
+// to nearest) add the blocks: the bias is then relative to a block's sum, not the total's.
+//
+// Tiling and pipeline: a block computes kBM = 128 output positions (consecutive in
+// the flattened M) by kBN channels, in K blocks of 32 channels of one tap, with 3 warpgroups
+// (warp-specialized, as CUTLASS's sm90 kernels):
+//   - a producer warpgroup copies each K block's activation rows (cp.async, 16 bytes a copy,
+//     zero-filled in the padding and past C_in or M) and its two weight tiles into a
+//     kStages-deep ring of shared memory, 128-byte swizzled (each row of 32 floats is one
+//     128-byte line, its 16-byte chunks permuted by row % 8: the wgmma descriptors'
+//     SWIZZLE_128B mode, and conflict-free fragment loads); each thread publishes a slot on
+//     its "full" mbarrier once its own copies into it have landed (cp.async groups, kStages - 2
+//     blocks behind its newest copies), after a proxy fence: the weight tiles are read by the
+//     tensor cores (the async proxy), written by ordinary copies;
+//   - two consumer warpgroups, each m64 x kBN accumulators (wgmma m64nBNk8), wait on a
+//     slot's "full" barrier, multiply, and release the slot on its "empty" barrier.
+// The consumers never wait for each other: while one adds its block's sum and loads its next
+// fragments, the other's products keep the tensor cores busy. Registers move from the producer
+// (which needs few) to the consumers (setmaxnreg).
+//
+// Epilogue: y = acc + bias[k], float2 stores straight from the accumulators (each row's
+// stores fill whole 32-byte sectors).
+#pragma once
+
+#include "conv/conv_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <utility>
+
+// (Included in both compilation passes: host and device must see the same declarations.)
+#include "cute/arch/mma_sm90_desc.hpp"
+#include "cute/arch/mma_sm90_gmma.hpp"
+#include "cutlass/arch/reg_reconfig.h"
+
+// The device pass for sm_90a: the only one that compiles the kernel's body.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FUSED_OPS_WGMMA_ENABLED 1
+#endif
+
+namespace fused_ops {
+namespace gpu {
+
+// One launch of the wgmma convolution: sizes in PyTorch's names, pointers as above.
+struct WgmmaConvParams {
+  int64_t N, D, H, W, C_in, C_out;
+  int64_t kD, kH, kW, Do, Ho, Wo;
+  int64_t stride[3], padding[3], dilation[3];
+  int64_t M;          // N * Do * Ho * Wo
+  int64_t c_chunks;   // ceil(C_in / 32): K blocks per tap
+  int64_t c_in_pad;   // c_chunks * 32: the split weights' row length
+  int64_t c_out_pad;  // C_out rounded up to kWgmmaConvMaxBN (the split weights' rows per tap)
+  const float* x;
+  const float* w_hi;  // [kD*kH*kW][c_out_pad][c_in_pad]
+  const float* w_lo;
+  const float* bias;  // C_out
+  float* y;
+};
+
+constexpr int kWgmmaConvBK = 32;          // input channels per K block: one 128-byte row
+constexpr int kWgmmaConvThreads = 384;    // a producer and two consumer warpgroups
+constexpr int kWgmmaConvMaxBN = 128;      // the widest tile's channels
+constexpr int kWgmmaConvMaxTapBits = 32;  // kD + kH + kW at most (the rows' tap masks)
+
+template <int BN, int Stages>
+struct WgmmaConvTile {
+  static constexpr int kBN = BN, kStages = Stages;
+  static constexpr int kBM = 128;  // two consumer warpgroups of m64
+  static constexpr int kABytes = kBM * 128;
+  static constexpr int kBBytes = kBN * 128;
+  static constexpr int kStageBytes = kABytes + 2 * kBBytes;
+  // + 1 KB to align the ring to the 1024-byte swizzle atom
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
+  // Registers per thread after setmaxnreg (the block's 3 x 128 threads share 64 K): the
+  // producer keeps 2 per activation row it copies (8 rows), the consumers their accumulators
+  // and a K block's sums (kBN floats) and fragments. (Two m64 tiles per consumer, kBM = 256,
+  // spilled and serialized the products with 256 x 64 tiles, and were slower where they
+  // compiled: benchmarks/split_tf32_wgmma_check.cu, 2026-11-25.)
+  static constexpr int kProducerRegisters = 56;
+  static constexpr int kConsumerRegisters = 224;
+  static_assert(kBN == 64 || kBN == 128, "the wgmma shapes instantiated: N = 64 or 128");
+};
+
+namespace wgmma_conv_detail {
+
+#ifdef FUSED_OPS_WGMMA_ENABLED
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte asynchronous copy, zero-filled where !valid (src is then not read).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// mbarriers (shared memory, 8 bytes each).
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Round to TF32 (nearest, ties away): the high part of a split.
+__device__ __forceinline__ uint32_t to_tf32(float v) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
+  return r;
+}
+
+// Byte offset of element (row, col) in a 128-byte-swizzled tile of 32-float rows.
+__device__ __forceinline__ uint32_t swizzled(int row, int col) {
+  return static_cast<uint32_t>(row * 128 + ((((col >> 2) ^ (row & 7)) << 4) | ((col & 3) << 2)));
+}
+
+// Matrix descriptor of a K-major, 128-byte-swizzled tile at `smem` (1024-byte aligned): rows of
+// 128 bytes, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t k_major_sw128_desc(uint32_t smem) {
+  cute::GmmaDescriptor desc;
+  desc.bitfield.start_address_ = static_cast<uint16_t>(smem >> 4);
+  desc.bitfield.leading_byte_offset_ = 1;  // unused for swizzled K-major layouts
+  desc.bitfield.stride_byte_offset_ = 1024 >> 4;
+  desc.bitfield.base_offset_ = 0;
+  desc.bitfield.layout_type_ = static_cast<uint8_t>(cute::SM90::GMMA::LayoutType::B128);
+  return desc.desc_;
+}
+
+template <int kBN>
+struct Wgmma;
+template <>
+struct Wgmma<128> {
+  using Op = cute::SM90::GMMA::MMA_64x128x8_F32TF32TF32_RS_TN<>;
+};
+template <>
+struct Wgmma<64> {
+  using Op = cute::SM90::GMMA::MMA_64x64x8_F32TF32TF32_RS_TN<>;
+};
+
+// acc (m64 x kBN, kBN / 2 floats a thread) += a (this thread's 4 values of the m64 x k8
+// fragment) * the k8 x kBN tile that `desc` describes.
+// (scale Zero: acc = the product, overwriting it.)
+template <int kBN, size_t... I>
+__device__ __forceinline__ void wgmma_rs(float* acc, const uint32_t (&a)[4], uint64_t desc,
+                                         cute::SM90::GMMA::ScaleOut scale,
+                                         std::index_sequence<I...>) {
+  Wgmma<kBN>::Op::fma(a[0], a[1], a[2], a[3], desc, acc[I]..., scale);
+}
+
+#endif  // FUSED_OPS_WGMMA_ENABLED
+
+}  // namespace wgmma_conv_detail
+
+template <int kBN, int kStages>
+__global__ void __launch_bounds__(kWgmmaConvThreads, 1)
+    split_tf32_wgmma_conv3d_kernel(const WgmmaConvParams p) {
+#ifdef FUSED_OPS_WGMMA_ENABLED
+  using namespace wgmma_conv_detail;
+  using Tile = WgmmaConvTile<kBN, kStages>;
+  constexpr int kBM = Tile::kBM;
+  constexpr int kAcc = kBN / 2;  // accumulator floats per thread per m64 tile
+
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
+  const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  uint8_t* const smem = smem_raw + (smem_base - smem_u32(smem_raw));
+
+  const int tid = threadIdx.x;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBM;
+  const int n0 = blockIdx.y * kBN;
+  const int c_chunks = static_cast<int>(p.c_chunks);
+  const int k_blocks = static_cast<int>(p.kD * p.kH * p.kW) * c_chunks;
+
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(smem_u32(&full_bar[s]), 128);   // the producer's threads
+      mbarrier_init(smem_u32(&empty_bar[s]), 256);  // the consumers' threads
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (tid < 128) {
+    // ---- Producer: thread tid copies 16-byte chunk (tid % 8) of rows tid / 8 + 16 i.
+    cutlass::arch::warpgroup_reg_dealloc<Tile::kProducerRegisters>();
+    constexpr int kRowsA = kBM / 16;  // activation rows per thread and K block
+    constexpr int kRowsB = kBN / 16;  // weight rows per thread, K block and part
+    const int chunk = tid & 7;
+    const int row_base = tid >> 3;
+    // Each activation row's window: the offset of its corner (tap 0) in x, in elements
+    // (negative in the padding; x has fewer than 2^31 elements), and which taps of each dim
+    // fall inside x (bits 0.. of the D taps, then the H taps, then the W taps:
+    // kWgmmaConvMaxTapBits in all); rows past M have no tap inside.
+    int corner_offset[kRowsA];
+    uint32_t tap_mask[kRowsA];
+#pragma unroll
+    for (int i = 0; i < kRowsA; ++i) {
+      const int64_t m = m0 + row_base + 16 * i;
+      corner_offset[i] = 0;
+      tap_mask[i] = 0;
+      if (m < p.M) {
+        int64_t rest = m;
+        const int64_t q = rest % p.Wo;
+        rest /= p.Wo;
+        const int64_t r = rest % p.Ho;
+        rest /= p.Ho;
+        const int64_t z = rest % p.Do;
+        const int64_t n = rest / p.Do;
+        const int64_t corner[3] = {z * p.stride[0] - p.padding[0], r * p.stride[1] - p.padding[1],
+                                   q * p.stride[2] - p.padding[2]};
+        corner_offset[i] = static_cast<int>(
+            (((n * p.D + corner[0]) * p.H + corner[1]) * p.W + corner[2]) * p.C_in);
+        const int64_t k[3] = {p.kD, p.kH, p.kW}, size[3] = {p.D, p.H, p.W};
+        int bit = 0;
+#pragma unroll
+        for (int dim = 0; dim < 3; ++dim) {
+          for (int64_t tap = 0; tap < k[dim]; ++tap, ++bit) {
+            const int64_t at = corner[dim] + tap * p.dilation[dim];
+            tap_mask[i] |= (at >= 0 && at < size[dim] ? 1u : 0u) << bit;
+          }
+        }
+      }
+    }
+    // The copies of K block kb are published once those of kb + kLag are issued: each
+    // thread waits for its own (cp.async groups) with kLag blocks more in flight.
+    constexpr int kLag = kStages - 2;
+    static_assert(kLag >= 1 && kLag < kStages, "publishing lags the copies by 1 .. kStages-1");
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      const int slot = kb % kStages;
+      if (kb >= kStages) {  // the consumers are done with the slot's last K block
+        mbarrier_wait(smem_u32(&empty_bar[slot]), ((kb / kStages) - 1) & 1);
+      }
+      const int tap = kb / c_chunks;
+      const int c0 = (kb - tap * c_chunks) * kWgmmaConvBK;
+      const int ts = tap % static_cast<int>(p.kW);
+      const int tr = (tap / static_cast<int>(p.kW)) % static_cast<int>(p.kH);
+      const int tt = tap / static_cast<int>(p.kW * p.kH);
+      // The tap's bits in the masks, and its offset from the corner (the same for every row).
+      const uint32_t tap_bits = (1u << tt) | (1u << (p.kD + tr)) | (1u << (p.kD + p.kH + ts));
+      const int c = c0 + chunk * 4;
+      const int tap_offset = static_cast<int>(
+          ((tt * p.dilation[0] * p.H + tr * p.dilation[1]) * p.W + ts * p.dilation[2]) * p.C_in +
+          c);
+      const bool c_valid = c < p.C_in;
+      const uint32_t a_smem = smem_base + slot * Tile::kStageBytes;
+#pragma unroll
+      for (int i = 0; i < kRowsA; ++i) {
+        const int row = row_base + 16 * i;
+        const bool valid = c_valid && (tap_mask[i] & tap_bits) == tap_bits;
+        const float* src = valid ? p.x + (corner_offset[i] + tap_offset) : p.x;
+        cp_async_16(a_smem + static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4)), src,
+                    valid);
+      }
+      const int64_t w_row0 = static_cast<int64_t>(tap) * p.c_out_pad + n0;
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {
+        const float* w = part == 0 ? p.w_hi : p.w_lo;
+        const uint32_t b_smem = a_smem + Tile::kABytes + part * Tile::kBBytes;
+#pragma unroll
+        for (int i = 0; i < kRowsB; ++i) {
+          const int row = row_base + 16 * i;
+          cp_async_16(b_smem + static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4)),
+                      w + (w_row0 + row) * p.c_in_pad + c0 + chunk * 4, true);
+        }
+      }
+      cp_async_commit();
+      // K block kb - kLag has landed: its slot is published (the fence orders this thread's
+      // copies before the tensor cores' reads of the weight tiles, the arrive releases them
+      // to the consumers' acquire).
+      if (kb >= kLag) {
+        cp_async_wait<kLag>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        mbarrier_arrive(smem_u32(&full_bar[(kb - kLag) % kStages]));
+      }
+    }
+    cp_async_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    for (int kb = k_blocks > kLag ? k_blocks - kLag : 0; kb < k_blocks; ++kb) {
+      mbarrier_arrive(smem_u32(&full_bar[kb % kStages]));
+    }
+    return;
+  }
+
+  // ---- Consumers.
+  cutlass::arch::warpgroup_reg_alloc<Tile::kConsumerRegisters>();
+  const int warp = (tid >> 5) - 4, lane = tid & 31;
+  const int wg = warp >> 2;  // consumer warpgroup: 0 or 1
+  const int g = lane >> 2, t = lane & 3;
+  // First fragment row of this thread in the block's activation tile.
+  const int frag_row0 = wg * 64 + (warp & 3) * 16 + g;
+
+  // The sums: the tensor cores accumulate one K block (12 products of each output a thread
+  // holds) into `partial`, from zero; the block's sum is then added into `acc` in float32 on
+  // the CUDA cores (see "Accumulation" above).
+  float acc[kAcc], partial[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) {
+    acc[i] = 0.f;
+  }
+
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    const int slot = kb % kStages;
+    mbarrier_wait(smem_u32(&full_bar[slot]), (kb / kStages) & 1);
+    const uint8_t* a_tile = smem + slot * Tile::kStageBytes;
+    const uint32_t b_hi = smem_base + slot * Tile::kStageBytes + Tile::kABytes;
+    const uint64_t desc_hi = k_major_sw128_desc(b_hi);
+    const uint64_t desc_lo = k_major_sw128_desc(b_hi + Tile::kBBytes);
+#pragma unroll
+    for (int kk = 0; kk < kWgmmaConvBK / 8; ++kk) {
+      // The m64 x k8 TF32 fragment: (row g, col t), (g + 8, t), (g, t + 4), (g + 8, t + 4).
+      const int col = kk * 8 + t;
+      const float v[4] = {
+          *reinterpret_cast<const float*>(a_tile + swizzled(frag_row0, col)),
+          *reinterpret_cast<const float*>(a_tile + swizzled(frag_row0 + 8, col)),
+          *reinterpret_cast<const float*>(a_tile + swizzled(frag_row0, col + 4)),
+          *reinterpret_cast<const float*>(a_tile + swizzled(frag_row0 + 8, col + 4))};
+      uint32_t a_hi[4], a_lo[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        a_hi[j] = to_tf32(v[j]);
+        a_lo[j] = to_tf32(v[j] - __uint_as_float(a_hi[j]));
+      }
+      cute::warpgroup_arrive();
+      // 32 bytes (k8) further along the swizzled rows: the descriptor's address is in 16 bytes.
+      const uint64_t k_step = static_cast<uint64_t>(kk * 2);
+      // The small products first (the block's first overwrites `partial`), then the large one.
+      const auto first =
+          kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One;
+      wgmma_rs<kBN>(partial, a_lo, desc_hi + k_step, first, std::make_index_sequence<kAcc>{});
+      wgmma_rs<kBN>(partial, a_hi, desc_lo + k_step, cute::SM90::GMMA::ScaleOut::One,
+                    std::make_index_sequence<kAcc>{});
+      wgmma_rs<kBN>(partial, a_hi, desc_hi + k_step, cute::SM90::GMMA::ScaleOut::One,
+                    std::make_index_sequence<kAcc>{});
+    }
+    cute::warpgroup_commit_batch();
+    cute::warpgroup_wait<0>();
+    // The slot is free once this thread's products (and its fragment loads) are done.
+    mbarrier_arrive(smem_u32(&empty_bar[slot]));
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+      cute::warpgroup_fence_operand(partial[i]);
+      acc[i] += partial[i];
+    }
+  }
+
+  // Epilogue. Accumulator i of the m64 x kBN tile: row g + 8 * ((i / 2) % 2), column
+  // 8 * (i / 4) + 2 * t + i % 2.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t m = m0 + frag_row0 + 8 * half;
+    if (m >= p.M) {
+      continue;
+    }
+    float* y_row = p.y + m * p.C_out;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      const int col = n0 + 8 * j + 2 * t;
+      if (col < p.C_out) {  // C_out is even: both columns or neither
+        const float2 b = *reinterpret_cast<const float2*>(p.bias + col);
+        *reinterpret_cast<float2*>(y_row + col) =
+            make_float2(acc[4 * j + 2 * half] + b.x, acc[4 * j + 2 * half + 1] + b.y);
+      }
+    }
+  }
+#else
+  __trap();  // built without sm_90a code: the host never launches it (wgmma_conv_available)
+#endif
+}
+
+// Runs the kernel with `Tile` on weights already split (p.w_hi, p.w_lo).
+template <typename Tile>
+cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_t stream) {
+  const auto kernel = split_tf32_wgmma_conv3d_kernel<Tile::kBN, Tile::kStages>;
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
+  if (e != cudaSuccess) {
+    return e;
+  }
+  const dim3 grid(static_cast<unsigned>((p.M + Tile::kBM - 1) / Tile::kBM),
+                  static_cast<unsigned>((p.C_out + Tile::kBN - 1) / Tile::kBN));
+  kernel<<<grid, kWgmmaConvThreads, Tile::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// Host side (split_tf32_wgmma_conv3d_cuda.cu). Whether the current device runs this kernel: an
+// sm_90 device running this file's sm_90a image, and FUSED_OPS_SPLIT_TF32_WGMMA not "0" (which
+// keeps CUTLASS's sm80 kernel, for comparisons); read once per device.
+bool wgmma_conv_available();
+// Whether it takes this shape on the current device.
+bool wgmma_conv_supported(const conv::Conv3dShape& s);
+// The weights' split (two padded TF32 arrays), in bytes.
+size_t wgmma_conv_workspace_bytes(const conv::Conv3dShape& s);
+// The kernel's parameters for `p` (the split weights in `workspace`), and the weights' split
+// into it, enqueued on `stream`.
+WgmmaConvParams wgmma_conv_params(const conv::Conv3dChannelsLastParams& p, void* workspace);
+cudaError_t split_tf32_weights(const conv::Conv3dChannelsLastParams& p, const WgmmaConvParams& wp,
+                               cudaStream_t stream);
+// Splits the weights into `workspace`, then runs the convolution on `stream`.
+cudaError_t wgmma_conv_launch(const conv::Conv3dChannelsLastParams& p, void* workspace,
+                              cudaStream_t stream);
+
+}  // namespace gpu
+}  // namespace fused_ops

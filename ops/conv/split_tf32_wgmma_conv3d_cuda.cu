@@ -1,0 +1,168 @@
+// The library's instances of the wgmma split-TF32 convolution (split_tf32_wgmma_conv3d.cuh) and
+// its host side: which devices and shapes it takes, the weights' split, the launch.
+//
+// Compiled for sm_90a in every build (CMakeLists.txt adds that target to this file); on other
+// devices, or where the device would run another image of this file, split_tf32_conv3d_cuda.cu
+// keeps CUTLASS's sm80 kernel.
+#include "conv/split_tf32_wgmma_conv3d.cuh"
+
+#include "common/cuda/device_info.cuh"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+namespace fused_ops {
+namespace gpu {
+namespace {
+
+// Tiles: 128 positions x 128 channels in 3 stages of 48 KB where C_out > 64; 128 x 64 in 6
+// stages of 32 KB else (the input gradient of the headline's 64 -> 128 transposed
+// convolution). benchmarks/split_tf32_wgmma_check.cu times them and others.
+using WideTile = WgmmaConvTile<128, 3>;
+using NarrowTile = WgmmaConvTile<64, 6>;
+
+bool narrow(const conv::Conv3dShape& s) { return s.C_out <= 64; }
+
+int64_t taps(const conv::Conv3dShape& s) { return s.kD * s.kH * s.kW; }
+int64_t c_in_pad(const conv::Conv3dShape& s) {
+  return (s.C_in + kWgmmaConvBK - 1) / kWgmmaConvBK * kWgmmaConvBK;
+}
+int64_t c_out_pad(const conv::Conv3dShape& s) {
+  return (s.C_out + kWgmmaConvMaxBN - 1) / kWgmmaConvMaxBN * kWgmmaConvMaxBN;
+}
+size_t split_weight_elements(const conv::Conv3dShape& s) {
+  return static_cast<size_t>(taps(s) * c_out_pad(s) * c_in_pad(s));
+}
+
+// Its sm_90a image holds static shared memory, any other image none: which image this device
+// runs for this file, read without a launch (cudaFuncGetAttributes).
+__global__ void wgmma_image_probe_kernel(int* out) {
+#ifdef FUSED_OPS_WGMMA_ENABLED
+  __shared__ int marker[32];
+  marker[threadIdx.x & 31] = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  out[0] = marker[0];
+#else
+  out[0] = 0;
+#endif
+}
+
+// w (C_out, taps, C_in) -> w_hi, w_lo (taps, c_out_pad, c_in_pad): TF32 high parts and
+// TF32-rounded remainders, zero in the padding.
+__global__ void split_tf32_weights_kernel(const float* __restrict__ w, float* __restrict__ w_hi,
+                                          float* __restrict__ w_lo, int64_t C_out, int64_t taps,
+                                          int64_t C_in, int64_t c_out_pad, int64_t c_in_pad) {
+  const int64_t total = taps * c_out_pad * c_in_pad;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i % c_in_pad;
+    const int64_t k = (i / c_in_pad) % c_out_pad;
+    const int64_t tap = i / (c_in_pad * c_out_pad);
+    float hi = 0.f, lo = 0.f;
+    if (k < C_out && c < C_in) {
+      const float v = w[(k * taps + tap) * C_in + c];
+      uint32_t h, l;
+      asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(h) : "f"(v));
+      hi = __uint_as_float(h);
+      asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(l) : "f"(v - hi));
+      lo = __uint_as_float(l);
+    }
+    w_hi[i] = hi;
+    w_lo[i] = lo;
+  }
+}
+
+}  // namespace
+
+bool wgmma_conv_available() {
+  static std::mutex mutex;
+  static std::vector<int> cache;  // per device: -1 unknown, 0 no, 1 yes
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<size_t>(device) >= cache.size()) {
+    cache.resize(device + 1, -1);
+  }
+  if (cache[device] < 0) {
+    int major = 0, minor = 0;
+    cudaFuncAttributes attributes{};
+    const bool sm90 =
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+        major == 9 && minor == 0;
+    bool image = false;
+    if (sm90) {
+      image = cudaFuncGetAttributes(&attributes, wgmma_image_probe_kernel) == cudaSuccess &&
+              attributes.sharedSizeBytes > 0;
+      cudaGetLastError();  // (a failed query leaves its error behind)
+    }
+    const char* env = std::getenv("FUSED_OPS_SPLIT_TF32_WGMMA");
+    const bool disabled = env != nullptr && std::strcmp(env, "0") == 0;
+    cache[device] = sm90 && image && !disabled ? 1 : 0;
+  }
+  return cache[device] == 1;
+}
+
+bool wgmma_conv_supported(const conv::Conv3dShape& s) {
+  // The split-TF32 family's shapes (one conv group, C_in and C_out multiples of 4 for the
+  // 16-byte copies and the float2 stores, element counts within int32), and kernels of at most
+  // 32 taps along D, H and W together (the rows' tap masks).
+  const size_t smem = current_device_info().shared_memory;
+  return conv::split_tf32_conv3d_shape_supported(s) && s.kD + s.kH + s.kW <= kWgmmaConvMaxTapBits &&
+         static_cast<size_t>(narrow(s) ? NarrowTile::kSmemBytes : WideTile::kSmemBytes) <= smem &&
+         wgmma_conv_available();
+}
+
+size_t wgmma_conv_workspace_bytes(const conv::Conv3dShape& s) {
+  return 2 * split_weight_elements(s) * sizeof(float);
+}
+
+WgmmaConvParams wgmma_conv_params(const conv::Conv3dChannelsLastParams& cp, void* workspace) {
+  const conv::Conv3dShape& s = cp.conv;
+  WgmmaConvParams p{};
+  p.N = s.N, p.D = s.D, p.H = s.H, p.W = s.W, p.C_in = s.C_in, p.C_out = s.C_out;
+  p.kD = s.kD, p.kH = s.kH, p.kW = s.kW, p.Do = s.Do, p.Ho = s.Ho, p.Wo = s.Wo;
+  for (int i = 0; i < 3; ++i) {
+    p.stride[i] = s.stride[i], p.padding[i] = s.padding[i], p.dilation[i] = s.dilation[i];
+  }
+  p.M = s.N * s.Do * s.Ho * s.Wo;
+  p.c_in_pad = c_in_pad(s);
+  p.c_chunks = p.c_in_pad / kWgmmaConvBK;
+  p.c_out_pad = c_out_pad(s);
+  p.x = cp.x;
+  p.w_hi = static_cast<const float*>(workspace);
+  p.w_lo = p.w_hi + split_weight_elements(s);
+  p.bias = cp.bias;
+  p.y = cp.y;
+  return p;
+}
+
+cudaError_t split_tf32_weights(const conv::Conv3dChannelsLastParams& cp, const WgmmaConvParams& p,
+                               cudaStream_t stream) {
+  const int64_t elements = static_cast<int64_t>(split_weight_elements(cp.conv));
+  const int threads = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>((elements + threads - 1) / threads, 4096));
+  split_tf32_weights_kernel<<<blocks, threads, 0, stream>>>(
+      cp.weight, const_cast<float*>(p.w_hi), const_cast<float*>(p.w_lo), p.C_out, taps(cp.conv),
+      p.C_in, p.c_out_pad, p.c_in_pad);
+  return cudaGetLastError();
+}
+
+cudaError_t wgmma_conv_launch(const conv::Conv3dChannelsLastParams& cp, void* workspace,
+                              cudaStream_t stream) {
+  const WgmmaConvParams p = wgmma_conv_params(cp, workspace);
+  const cudaError_t e = split_tf32_weights(cp, p, stream);
+  if (e != cudaSuccess) {
+    return e;
+  }
+  return narrow(cp.conv) ? launch_split_tf32_wgmma_conv3d<NarrowTile>(p, stream)
+                         : launch_split_tf32_wgmma_conv3d<WideTile>(p, stream);
+}
+
+}  // namespace gpu
+}  // namespace fused_ops

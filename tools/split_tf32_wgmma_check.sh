@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds benchmarks/split_tf32_wgmma_check.cu for sm_90a and runs it on the current GPU (an
+# H100 or H200): the wgmma split-TF32 convolution against CUTLASS's sm80 one and float64, on
+# the headline problems (timed) and small shapes over the parameter surface. Needs CUTLASS's
+# headers (tools/fetch_cutlass.sh, or .deps/cutlass carried). With a built binary as the
+# first argument, runs that instead of building; further arguments go to the program (--stress).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+binary="${1:-}"
+if [ -z "$binary" ]; then
+  tools/fetch_cutlass.sh >/dev/null
+  binary=$(mktemp -d)/split_tf32_wgmma_check
+  nvcc -O3 -std=c++17 --expt-relaxed-constexpr -lineinfo -gencode=arch=compute_90a,code=sm_90a \
+    -Iops -isystem .deps/cutlass/include benchmarks/split_tf32_wgmma_check.cu \
+    ops/conv/split_tf32_wgmma_conv3d_cuda.cu -o "$binary"
+fi
+"$binary" "${@:2}"
