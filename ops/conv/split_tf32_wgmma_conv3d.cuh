@@ -14,7 +14,7 @@
 // a_lo = a - a_hi rounded to TF32 (the dropped a_lo b_lo is ~2^-22 of the product),
 // accumulated in float32 by the tensor cores.
 //   - The weights are split once per call (split_tf32_weights_kernel) into two arrays
-//     [tap][C_out padded to the tile][C_in padded to 32] of TF32 values, zero in the padding.
+//     [tap][C_out padded to 128][C_in padded to 32] of TF32 values, zero in the padding.
 //   - x is split in registers: the A operand of wgmma may come from registers, so each
 //     thread loads its fragment of the activation tile from shared memory, rounds it and
 //     issues the three products (a_hi with w_hi and w_lo, a_lo with w_hi); B (the weights)
