@@ -110,6 +110,14 @@ struct WgmmaConvTile {
 
 namespace wgmma_conv_detail {
 
+// v = hi + lo, both TF32 (round to nearest, ties away: cvt.rna): hi is v rounded, lo the
+// remainder (exact in float) rounded. The split of the weights (split_tf32_weights_kernel) and
+// of the activations (in the kernel's registers). Compute capability 8.0+.
+__device__ __forceinline__ void split_tf32_rounded(float v, uint32_t& hi, uint32_t& lo) {
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(v));
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(v - __uint_as_float(hi)));
+}
+
 #ifdef FUSED_OPS_WGMMA_ENABLED
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -148,13 +156,6 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Round to TF32 (nearest, ties away): the high part of a split.
-__device__ __forceinline__ uint32_t to_tf32(float v) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
-  return r;
-}
-
 // Byte offset of element (row, col) in a 128-byte-swizzled tile of 32-float rows.
 __device__ __forceinline__ uint32_t swizzled(int row, int col) {
   return static_cast<uint32_t>(row * 128 + ((((col >> 2) ^ (row & 7)) << 4) | ((col & 3) << 2)));
@@ -363,8 +364,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
       uint32_t a_hi[4], a_lo[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        a_hi[j] = to_tf32(v[j]);
-        a_lo[j] = to_tf32(v[j] - __uint_as_float(a_hi[j]));
+        split_tf32_rounded(v[j], a_hi[j], a_lo[j]);
       }
       cute::warpgroup_arrive();
       // 32 bytes (k8) further along the swizzled rows: the descriptor's address is in 16 bytes.

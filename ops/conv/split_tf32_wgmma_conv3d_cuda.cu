@@ -63,11 +63,9 @@ __global__ void split_tf32_weights_kernel(const float* __restrict__ w, float* __
     const int64_t tap = i / (c_in_pad * c_out_pad);
     float hi = 0.f, lo = 0.f;
     if (k < C_out && c < C_in) {
-      const float v = w[(k * taps + tap) * C_in + c];
       uint32_t h, l;
-      asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(h) : "f"(v));
+      wgmma_conv_detail::split_tf32_rounded(w[(k * taps + tap) * C_in + c], h, l);
       hi = __uint_as_float(h);
-      asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(l) : "f"(v - hi));
       lo = __uint_as_float(l);
     }
     w_hi[i] = hi;
