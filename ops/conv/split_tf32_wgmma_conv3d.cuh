@@ -14,11 +14,18 @@
 // a_lo = a - a_hi rounded to TF32 (the dropped a_lo b_lo is ~2^-22 of the product),
 // accumulated in float32 by the tensor cores.
 //   - The weights are split once per call (split_tf32_weights_kernel) into two arrays
-//     [tap][C_out padded to 128][C_in padded to 32] of TF32 values, zero in the padding.
+//     [tap][C_out padded to 128][C_in padded to 32] of TF32 values, zero in the padding, each
+//     block of 32 channels permuted into the kernel's K order (wgmma_conv_channel_of_k).
 //   - x is split in registers: the A operand of wgmma may come from registers, so each
-//     thread loads its fragment of the activation tile from shared memory, rounds it and
+//     thread loads its fragment of the activation tile from shared memory (in that K order,
+//     two 16-byte loads per row), rounds it (one instruction per rounding on sm_90) and
 //     issues the three products (a_hi with w_hi and w_lo, a_lo with w_hi); B (the weights)
 //     comes from shared memory through matrix descriptors.
+//   Both warp roles are kept lean in instructions: the consumers' instructions (fragment
+//   loads, rounding, the block sums' adds) and the producer's (addresses, predicates) share
+//   the schedulers with each other, and the tensor cores wait on both (2026-11-26, H200:
+//   302 -> 190 instructions per consumer warp and K block, 400 -> 230 per producer warp;
+//   headline forward 2.87 -> 2.24 ms; benchmarks/h200-2026-11-26-wgmma-lean/).
 //
 // Accumulation: the tensor cores' float32 accumulation (wgmma's, measured on an H100) rounds
 // each instruction's sum with a bias (toward zero, about half an ulp of the accumulator per
@@ -100,9 +107,9 @@ struct WgmmaConvTile {
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
   // Registers per thread after setmaxnreg (the block's 3 x 128 threads share 64 K): the
   // producer keeps 2 per activation row it copies (8 rows), the consumers their accumulators
-  // and a K block's sums (kBN floats) and fragments. (Two m64 tiles per consumer, kBM = 256,
-  // spilled and serialized the products with 256 x 64 tiles, and were slower where they
-  // compiled: benchmarks/split_tf32_wgmma_check.cu, 2026-11-25.)
+  // and a K block's sums (kBN floats) and fragments (16 floats). (Two m64 tiles per
+  // consumer, kBM = 256, spilled and serialized the products with 256 x 64 tiles, and were
+  // slower where they compiled: benchmarks/split_tf32_wgmma_check.cu, 2026-11-25.)
   static constexpr int kProducerRegisters = 56;
   static constexpr int kConsumerRegisters = 224;
   static_assert(kBN == 64 || kBN == 128, "the wgmma shapes instantiated: N = 64 or 128");
@@ -110,12 +117,27 @@ struct WgmmaConvTile {
 
 namespace wgmma_conv_detail {
 
-// v = hi + lo, both TF32 (round to nearest, ties away: cvt.rna): hi is v rounded, lo the
-// remainder (exact in float) rounded. The split of the weights (split_tf32_weights_kernel) and
-// of the activations (in the kernel's registers). Compute capability 8.0+.
+// v = hi + lo, both TF32 rounded to nearest: hi is v rounded, lo the remainder (exact in float)
+// rounded. The split of the weights (split_tf32_weights_kernel) and of the activations (in the
+// kernel's registers). On sm_90 cvt.rn (ties to even) is one instruction (F2FP); cvt.rna (ties
+// away, compute capability 8.0+, for the file's other images, which never run it) is emulated
+// in five, which made the activations' split 60% of the consumers' instructions.
 __device__ __forceinline__ void split_tf32_rounded(float v, uint32_t& hi, uint32_t& lo) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(v));
+  asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(v - __uint_as_float(hi)));
+#else
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(v));
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(v - __uint_as_float(hi)));
+#endif
+}
+
+// The K order within a block of 32 channels: wgmma's k index kk * 8 + c (k8 step kk, column c
+// of the step) is input channel 8 * (c % 4) + 2 * kk + c / 4. A thread's fragment columns are
+// c = t and t + 4 of every step (t = lane % 4), i.e. channels 8t .. 8t + 7: two 16-byte loads
+// per fragment row instead of eight 4-byte ones. The split weights are stored in this order.
+__host__ __device__ constexpr int wgmma_conv_channel_of_k(int k) {
+  return 8 * ((k % 8) % 4) + 2 * (k / 8) + (k % 8) / 4;
 }
 
 #ifdef FUSED_OPS_WGMMA_ENABLED
@@ -272,43 +294,49 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     // thread waits for its own (cp.async groups) with kLag blocks more in flight.
     constexpr int kLag = kStages - 2;
     static_assert(kLag >= 1 && kLag < kStages, "publishing lags the copies by 1 .. kStages-1");
+    // The K block's tap (tt, tr, ts), its channel chunk and the tap's offset in x from a
+    // row's corner, stepped along with kb (no divisions in the loop). Offsets are in elements,
+    // in int: x and the split weights have fewer than 2^31 (wgmma_conv_supported).
+    const int kD = static_cast<int>(p.kD), kH = static_cast<int>(p.kH);
+    const int kW = static_cast<int>(p.kW), C_in = static_cast<int>(p.C_in);
+    const int tap_step[3] = {static_cast<int>(p.dilation[0] * p.H * p.W * p.C_in),
+                             static_cast<int>(p.dilation[1] * p.W * p.C_in),
+                             static_cast<int>(p.dilation[2] * p.C_in)};
+    const int c_in_pad = static_cast<int>(p.c_in_pad);
+    const int w_tap_elements = static_cast<int>(p.c_out_pad) * c_in_pad;
+    const float* const x = p.x;
+    const float* const w_hi = p.w_hi + (n0 + row_base) * c_in_pad + chunk * 4;
+    const float* const w_lo = p.w_lo + (n0 + row_base) * c_in_pad + chunk * 4;
+    // This thread's 16-byte chunk of its rows, swizzled: rows row_base + 16 i share row % 8.
+    const uint32_t dst_in_tile =
+        static_cast<uint32_t>(row_base * 128 + ((chunk ^ (row_base & 7)) << 4));
+    int tt = 0, tr = 0, ts = 0, c_chunk = 0, tap = 0, tap_offset = 0;
     for (int kb = 0; kb < k_blocks; ++kb) {
       const int slot = kb % kStages;
       if (kb >= kStages) {  // the consumers are done with the slot's last K block
         mbarrier_wait(smem_u32(&empty_bar[slot]), ((kb / kStages) - 1) & 1);
       }
-      const int tap = kb / c_chunks;
-      const int c0 = (kb - tap * c_chunks) * kWgmmaConvBK;
-      const int ts = tap % static_cast<int>(p.kW);
-      const int tr = (tap / static_cast<int>(p.kW)) % static_cast<int>(p.kH);
-      const int tt = tap / static_cast<int>(p.kW * p.kH);
-      // The tap's bits in the masks, and its offset from the corner (the same for every row).
-      const uint32_t tap_bits = (1u << tt) | (1u << (p.kD + tr)) | (1u << (p.kD + p.kH + ts));
+      const int c0 = c_chunk * kWgmmaConvBK;
+      // The tap's bits in the masks (the same for every row).
+      const uint32_t tap_bits = (1u << tt) | (1u << (kD + tr)) | (1u << (kD + kH + ts));
       const int c = c0 + chunk * 4;
-      const int tap_offset = static_cast<int>(
-          ((tt * p.dilation[0] * p.H + tr * p.dilation[1]) * p.W + ts * p.dilation[2]) * p.C_in +
-          c);
-      const bool c_valid = c < p.C_in;
-      const uint32_t a_smem = smem_base + slot * Tile::kStageBytes;
+      const bool c_valid = c < C_in;
+      const uint32_t a_smem = smem_base + slot * Tile::kStageBytes + dst_in_tile;
 #pragma unroll
       for (int i = 0; i < kRowsA; ++i) {
-        const int row = row_base + 16 * i;
         const bool valid = c_valid && (tap_mask[i] & tap_bits) == tap_bits;
-        const float* src = valid ? p.x + (corner_offset[i] + tap_offset) : p.x;
-        cp_async_16(a_smem + static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4)), src,
-                    valid);
+        // (Inside x the offset is not negative.)
+        const uint32_t offset =
+            valid ? static_cast<uint32_t>(corner_offset[i] + tap_offset + c) : 0u;
+        cp_async_16(a_smem + i * 16 * 128, x + offset, valid);
       }
-      const int64_t w_row0 = static_cast<int64_t>(tap) * p.c_out_pad + n0;
+      const int w_offset = tap * w_tap_elements + c0;
 #pragma unroll
-      for (int part = 0; part < 2; ++part) {
-        const float* w = part == 0 ? p.w_hi : p.w_lo;
-        const uint32_t b_smem = a_smem + Tile::kABytes + part * Tile::kBBytes;
-#pragma unroll
-        for (int i = 0; i < kRowsB; ++i) {
-          const int row = row_base + 16 * i;
-          cp_async_16(b_smem + static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4)),
-                      w + (w_row0 + row) * p.c_in_pad + c0 + chunk * 4, true);
-        }
+      for (int i = 0; i < kRowsB; ++i) {
+        cp_async_16(a_smem + Tile::kABytes + i * 16 * 128, w_hi + (w_offset + i * 16 * c_in_pad),
+                    true);
+        cp_async_16(a_smem + Tile::kABytes + Tile::kBBytes + i * 16 * 128,
+                    w_lo + (w_offset + i * 16 * c_in_pad), true);
       }
       cp_async_commit();
       // K block kb - kLag has landed: its slot is published (the fence orders this thread's
@@ -318,6 +346,19 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
         cp_async_wait<kLag>();
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         mbarrier_arrive(smem_u32(&full_bar[(kb - kLag) % kStages]));
+      }
+      // The next K block: the next chunk of channels, else the next tap.
+      if (++c_chunk == c_chunks) {
+        c_chunk = 0;
+        ++tap;
+        if (++ts == kW) {
+          ts = 0;
+          if (++tr == kH) {
+            tr = 0;
+            ++tt;
+          }
+        }
+        tap_offset = tt * tap_step[0] + tr * tap_step[1] + ts * tap_step[2];
       }
     }
     cp_async_wait<0>();
@@ -333,8 +374,11 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   const int warp = (tid >> 5) - 4, lane = tid & 31;
   const int wg = warp >> 2;  // consumer warpgroup: 0 or 1
   const int g = lane >> 2, t = lane & 3;
-  // First fragment row of this thread in the block's activation tile.
+  // First fragment row of this thread in the block's activation tile, and where its 16-byte
+  // chunks 2t and 2t + 1 of that row and of the row 8 below lie (swizzled; see
+  // wgmma_conv_channel_of_k: channels 8t .. 8t + 7 of the K block).
   const int frag_row0 = wg * 64 + (warp & 3) * 16 + g;
+  const uint32_t frag_chunk[2] = {swizzled(frag_row0, 8 * t), swizzled(frag_row0, 8 * t + 4)};
 
   // The sums: the tensor cores accumulate one K block (12 products of each output a thread
   // holds) into `partial`, from zero; the block's sum is then added into `acc` in float32 on
@@ -352,15 +396,23 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     const uint32_t b_hi = smem_base + slot * Tile::kStageBytes + Tile::kABytes;
     const uint64_t desc_hi = k_major_sw128_desc(b_hi);
     const uint64_t desc_lo = k_major_sw128_desc(b_hi + Tile::kBBytes);
+    // Rows g and g + 8 (8 * 128 bytes further), channels 8t .. 8t + 3 and 8t + 4 .. 8t + 7.
+    float4 q[2][2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        q[half][j] = *reinterpret_cast<const float4*>(a_tile + frag_chunk[j] + half * 8 * 128);
+      }
+    }
 #pragma unroll
     for (int kk = 0; kk < kWgmmaConvBK / 8; ++kk) {
-      // The m64 x k8 TF32 fragment: (row g, col t), (g + 8, t), (g, t + 4), (g + 8, t + 4).
-      const int col = kk * 8 + t;
-      const float v[4] = {
-          *reinterpret_cast<const float*>(a_tile + swizzled(frag_row0, col)),
-          *reinterpret_cast<const float*>(a_tile + swizzled(frag_row0 + 8, col)),
-          *reinterpret_cast<const float*>(a_tile + swizzled(frag_row0, col + 4)),
-          *reinterpret_cast<const float*>(a_tile + swizzled(frag_row0 + 8, col + 4))};
+      // The m64 x k8 TF32 fragment: (row g, col t), (g + 8, t), (g, t + 4), (g + 8, t + 4),
+      // i.e. channels 8t + 2kk and 8t + 2kk + 1 of rows g and g + 8.
+      const float4& row_g = q[0][kk / 2];
+      const float4& row_g8 = q[1][kk / 2];
+      const float v[4] = {kk % 2 == 0 ? row_g.x : row_g.z, kk % 2 == 0 ? row_g8.x : row_g8.z,
+                          kk % 2 == 0 ? row_g.y : row_g.w, kk % 2 == 0 ? row_g8.y : row_g8.w};
       uint32_t a_hi[4], a_lo[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {

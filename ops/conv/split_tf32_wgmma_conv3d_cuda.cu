@@ -18,11 +18,11 @@ namespace fused_ops {
 namespace gpu {
 namespace {
 
-// Tiles: 128 positions x 128 channels in 3 stages of 48 KB where C_out > 64; 128 x 64 in 6
+// Tiles: 128 positions x 128 channels in 3 stages of 48 KB where C_out > 64; 128 x 64 in 4
 // stages of 32 KB else (the input gradient of the headline's 64 -> 128 transposed
 // convolution). benchmarks/split_tf32_wgmma_check.cu times them and others.
 using WideTile = WgmmaConvTile<128, 3>;
-using NarrowTile = WgmmaConvTile<64, 6>;
+using NarrowTile = WgmmaConvTile<64, 4>;
 
 bool narrow(const conv::Conv3dShape& s) { return s.C_out <= 64; }
 
@@ -51,14 +51,18 @@ __global__ void wgmma_image_probe_kernel(int* out) {
 }
 
 // w (C_out, taps, C_in) -> w_hi, w_lo (taps, c_out_pad, c_in_pad): TF32 high parts and
-// TF32-rounded remainders, zero in the padding.
+// TF32-rounded remainders, zero in the padding, the channels of each block of 32 in the
+// kernel's K order (wgmma_conv_channel_of_k).
 __global__ void split_tf32_weights_kernel(const float* __restrict__ w, float* __restrict__ w_hi,
                                           float* __restrict__ w_lo, int64_t C_out, int64_t taps,
                                           int64_t C_in, int64_t c_out_pad, int64_t c_in_pad) {
   const int64_t total = taps * c_out_pad * c_in_pad;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t c = i % c_in_pad;
+    const int64_t k_in_row = i % c_in_pad;
+    const int64_t c =
+        k_in_row - k_in_row % kWgmmaConvBK +
+        wgmma_conv_detail::wgmma_conv_channel_of_k(static_cast<int>(k_in_row % kWgmmaConvBK));
     const int64_t k = (i / c_in_pad) % c_out_pad;
     const int64_t tap = i / (c_in_pad * c_out_pad);
     float hi = 0.f, lo = 0.f;
@@ -111,7 +115,9 @@ bool wgmma_conv_supported(const conv::Conv3dShape& s) {
   // 16-byte copies and the float2 stores, element counts within int32), and kernels of at most
   // 32 taps along D, H and W together (the rows' tap masks).
   const size_t smem = current_device_info().shared_memory;
+  // int element offsets into the split weights too.
   return conv::split_tf32_conv3d_shape_supported(s) && s.kD + s.kH + s.kW <= kWgmmaConvMaxTapBits &&
+         split_weight_elements(s) <= static_cast<size_t>(INT32_MAX) &&
          static_cast<size_t>(narrow(s) ? NarrowTile::kSmemBytes : WideTile::kSmemBytes) <= smem &&
          wgmma_conv_available();
 }
