@@ -7,6 +7,7 @@
 //   tools/split_tf32_wgmma_check.sh             # builds for sm_90a, runs on the current GPU
 //   tools/split_tf32_wgmma_check.sh "" --stress  # the small shapes, 300 runs each, compared
 //                                                # bitwise with the first run and with float64
+//   tools/split_tf32_wgmma_check.sh "" --wgrad-small  # the weight gradient's small problems only
 //
 // Problems: the headline ConvTranspose3d(64 -> 128, k3) on (16, 64, 32^3) as the forward
 // convolution the library runs (padding 2) and its input gradient (128 -> 64 channels on
@@ -20,6 +21,7 @@
 // far from float64 as CUTLASS's (or, where CUTLASS cannot run the shape, above 1e-6).
 #include "conv/split_tf32_conv3d.cuh"
 #include "conv/split_tf32_wgmma_conv3d.cuh"
+#include "conv/split_tf32_wgmma_wgrad.cuh"
 #include "standalone_cuda.cuh"
 
 #include <cmath>
@@ -194,6 +196,141 @@ int stress(const std::vector<Problem>& problems, int reps) {
   return status;
 }
 
+// Weight gradient, float64: dw[k, tap, c] = sum over (n, outputs) of dy * x (x NDHWC), one
+// thread per element of `which` (indices into dw).
+__global__ void reference_wgrad_kernel(conv::Conv3dShape s, const float* x, const float* dy,
+                                       const int64_t* which, int64_t count, double* dw) {
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < count;
+       j += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = which[j];
+    const int64_t c = i % s.C_in;
+    int64_t rest = i / s.C_in;
+    const int64_t u = rest % s.kW;
+    rest /= s.kW;
+    const int64_t r = rest % s.kH;
+    rest /= s.kH;
+    const int64_t t = rest % s.kD, k = rest / s.kD;
+    double acc = 0;
+    for (int64_t n = 0; n < s.N; ++n) {
+      for (int64_t z = 0; z < s.Do; ++z) {
+        const int64_t zi = z * s.stride[0] - s.padding[0] + t * s.dilation[0];
+        if (zi < 0 || zi >= s.D) continue;
+        for (int64_t p = 0; p < s.Ho; ++p) {
+          const int64_t yi = p * s.stride[1] - s.padding[1] + r * s.dilation[1];
+          if (yi < 0 || yi >= s.H) continue;
+          for (int64_t q = 0; q < s.Wo; ++q) {
+            const int64_t xi = q * s.stride[2] - s.padding[2] + u * s.dilation[2];
+            if (xi < 0 || xi >= s.W) continue;
+            acc += double(dy[(((n * s.Do + z) * s.Ho + p) * s.Wo + q) * s.C_out + k]) *
+                   double(x[(((n * s.D + zi) * s.H + yi) * s.W + xi) * s.C_in + c]);
+          }
+        }
+      }
+    }
+    dw[j] = acc;
+  }
+}
+
+// The weight gradients (wgmma, x NCDHW; CUTLASS's sm80, x NDHWC) of the stride-1 problems,
+// against float64 on every element (at most 8192 sampled ones for the timed problems).
+int check_wgrad(const std::vector<Problem>& problems, std::mt19937& rng) {
+  using Wgrad = gpu::SplitTf32Conv3dWgrad<gpu::SplitTf32WideTile>;
+  int status = 0;
+  int sms = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  for (const Problem& q : problems) {
+    const conv::Conv3dShape s = shape_of(q);
+    if (!gpu::wgmma_wgrad_supported(s)) {
+      std::printf("%-42s wgrad: shape not supported (stride, kW, W)\n", q.name);
+      continue;
+    }
+    const size_t nx = s.N * s.D * s.H * s.W * s.C_in, ny = s.N * s.Do * s.Ho * s.Wo * s.C_out;
+    const size_t nw = s.C_out * s.kD * s.kH * s.kW * s.C_in;
+    std::uniform_real_distribution<float> uni(0.f, 1.f);
+    std::normal_distribution<float> gauss(0.f, 1.f);
+    std::vector<float> x(nx), x_ncdhw(nx), dy(ny);
+    for (auto& v : x) v = uni(rng);
+    for (auto& v : dy) v = gauss(rng);
+    const int64_t spatial = s.D * s.H * s.W;
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int64_t i = 0; i < spatial; ++i)
+        for (int64_t c = 0; c < s.C_in; ++c)
+          x_ncdhw[(n * s.C_in + c) * spatial + i] = x[(n * spatial + i) * s.C_in + c];
+    float* dx = to_device(x);
+    float* dx_ncdhw = to_device(x_ncdhw);
+    float* ddy = to_device(dy);
+    float* dw = nullptr;
+    CHECK_CUDA(cudaMalloc(&dw, nw * 4));
+    // Sampled elements and their float64 values.
+    std::vector<int64_t> which;
+    const size_t step = std::max<size_t>(1, nw / 8192);
+    for (size_t i = 0; i < nw; i += step) which.push_back(static_cast<int64_t>(i));
+    int64_t* dwhich = to_device(which);
+    double* dref = nullptr;
+    CHECK_CUDA(cudaMalloc(&dref, which.size() * 8));
+    reference_wgrad_kernel<<<256, 64>>>(s, dx, ddy, dwhich, which.size(), dref);
+    CHECK_CUDA(cudaGetLastError());
+    std::vector<double> ref(which.size());
+    CHECK_CUDA(cudaMemcpy(ref.data(), dref, which.size() * 8, cudaMemcpyDeviceToHost));
+    const double flops = 2.0 * double(ny) * double(s.kD * s.kH * s.kW * s.C_in);
+    auto measure = [&](const char* kernel, auto launch) {
+      CHECK_CUDA(cudaMemset(dw, 0xff, nw * 4));
+      CHECK_CUDA(launch());
+      CHECK_CUDA(cudaDeviceSynchronize());
+      std::vector<float> out(nw), picked;
+      CHECK_CUDA(cudaMemcpy(out.data(), dw, nw * 4, cudaMemcpyDeviceToHost));
+      for (int64_t i : which) picked.push_back(out[i]);
+      const Errors e = errors(picked, ref);
+      if (q.timed) {
+        const double ms = median_ms(launch);
+        std::printf("%-42s %-10s %9.3f %9.1f %10.2e %10.2e\n", q.name, kernel, ms,
+                    flops / ms * 1e-9, e.rel_l2, e.rel_max);
+      } else {
+        std::printf("%-42s %-10s %9s %9s %10.2e %10.2e\n", q.name, kernel, "", "", e.rel_l2,
+                    e.rel_max);
+      }
+      return e;
+    };
+    const conv::Conv3dWeightGradChannelsLastParams cp{s, dx, ddy, dw};
+    const int slices = Wgrad::slices(s, sms);
+    Errors sm80{};
+    bool have_sm80 = false;
+    if (Wgrad::can_implement(cp, slices)) {
+      void* ws = nullptr;
+      CHECK_CUDA(cudaMalloc(&ws, std::max<size_t>(1, Wgrad::workspace_bytes(cp, slices))));
+      sm80 = measure("sm80 wgrad", [&] { return Wgrad::launch(cp, slices, ws, nullptr); });
+      have_sm80 = true;
+      CHECK_CUDA(cudaFree(ws));
+    }
+    void* ws = nullptr;
+    CHECK_CUDA(cudaMalloc(&ws, gpu::wgmma_wgrad_workspace_bytes(s)));
+    const Errors e = measure("wgmma wgrad", [&] {
+      return gpu::wgmma_wgrad_launch(s, dx_ncdhw, ddy, dw, ws, /*split=*/true, nullptr);
+    });
+    // Plain TF32 products (the library's allow_tf32 mode): time and error, for the record.
+    const Errors tf32 = measure("wgmma tf32", [&] {
+      return gpu::wgmma_wgrad_launch(s, dx_ncdhw, ddy, dw, ws, /*split=*/false, nullptr);
+    });
+    if (!tf32.finite || tf32.rel_l2 > 1e-3) {
+      std::printf("%-42s wgmma tf32 wgrad FAIL\n", q.name);
+      status = 2;
+    }
+    const bool ok =
+        e.finite && (have_sm80 ? e.rel_l2 <= 2 * sm80.rel_l2 && e.rel_max <= 2 * sm80.rel_max
+                               : e.rel_l2 <= 1e-6 && e.rel_max <= 1e-6);
+    if (!ok) {
+      std::printf("%-42s wgmma wgrad FAIL\n", q.name);
+      status = 2;
+    }
+    for (void* ptr :
+         {static_cast<void*>(dx), static_cast<void*>(dx_ncdhw), static_cast<void*>(ddy),
+          static_cast<void*>(dw), static_cast<void*>(dwhich), static_cast<void*>(dref), ws}) {
+      CHECK_CUDA(cudaFree(ptr));
+    }
+  }
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -210,6 +347,15 @@ int main(int argc, char** argv) {
     {"C_in 100, C_out 68",                        1, 100, 4, 5, 6, 68,   {3, 3, 3}, {2, 1, 0}, {1, 1, 1}, {1, 2, 1}, false},
     {"C_out 256, 1x1x1",                          2, 32, 6, 7, 8, 256,   {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, false},
   };
+  // The weight gradient's (stride 1, W a multiple of 4), besides the headline forward's.
+  const std::vector<Problem> wgrad_problems = {
+    problems[0],
+    {"wgrad C_in 36, C_out 200, pad 1",           2, 36, 7, 9, 12, 200,  {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false},
+    {"wgrad 3x3x2, dilation 2, pad 2",            1, 8, 5, 6, 8, 12,     {3, 3, 2}, {2, 2, 2}, {1, 1, 1}, {2, 2, 2}, false},
+    {"wgrad W 40, C_in 100, C_out 68",            1, 100, 3, 4, 40, 68,  {3, 3, 3}, {2, 1, 0}, {1, 1, 1}, {1, 2, 1}, false},
+    {"wgrad k2 (16 -> 32 on 6x6x8, pad 1)",       1, 16, 6, 6, 8, 32,    {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false},
+    problems[7],
+  };
   const std::vector<Problem> small = {
     {"k2 input gradient (32 -> 16 on 7^3)",       1, 32, 7, 7, 7, 16,    {2, 2, 2}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, false},
     {"k2 forward (16 -> 32 on 6^3, pad 1)",       1, 16, 6, 6, 6, 32,    {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false},
@@ -224,6 +370,16 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--stress") == 0) {
     return stress(small, argc > 2 ? std::atoi(argv[2]) : 300);
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--wgrad-small") == 0) {  // (for compute-sanitizer)
+    std::mt19937 rng(0);
+    std::vector<Problem> untimed;
+    for (const Problem& q : wgrad_problems) {
+      if (!q.timed) untimed.push_back(q);
+    }
+    const int status = check_wgrad(untimed, rng);
+    std::printf(status == 0 ? "all passed\n" : "FAILED\n");
+    return status;
   }
   std::mt19937 rng(0);
   int status = 0;
@@ -291,6 +447,8 @@ int main(int argc, char** argv) {
       return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 6>>(wp, nullptr);
     });
   }
+  const int wgrad_status = check_wgrad(wgrad_problems, rng);
+  status = status != 0 ? status : wgrad_status;
   std::printf(status == 0 ? "all passed\n" : "FAILED\n");
   return status;
 }

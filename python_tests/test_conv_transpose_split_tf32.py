@@ -65,6 +65,11 @@ CASES = {
     # C_in (36) not a multiple of the 32-channel K block; C_out (200) two 128-channel tiles,
     # the second partly padding; the input gradient's 36 output channels one 64-channel tile
     "c36_c200": ((1, 36, 5, 6, 7), 200, 3, 8, dict(padding=1)),
+    # W a multiple of 4: the weight gradient on Hopper's wgmma kernel (x read NCDHW); W = 40 is
+    # two 32-position K blocks per row, C_in 36 and C_out 200 partial channel tiles
+    "w8_k3": ((2, 8, 5, 6, 8), 16, 3, 4, {}),
+    "w8_k312_dilated": ((2, 12, 3, 4, 8), 8, (3, 1, 2), 2, dict(padding=(1, 0, 1), dilation=2)),
+    "w40_c36_c200": ((1, 36, 3, 4, 40), 200, 3, 8, dict(padding=1)),
 }  # fmt: skip
 
 
@@ -176,7 +181,9 @@ def test_sm80_kernel_where_wgmma_runs():
     if fused_ops.split_tf32_conv_kernel() != "wgmma":
         pytest.skip("the wgmma kernel does not run here: the other tests run the sm80 one")
     tests = os.path.dirname(os.path.abspath(__file__))
-    script = _SM80_SCRIPT.format(tests=tests, cases=["k3", "k312_dilated", "wide", "c36_c200"])
+    script = _SM80_SCRIPT.format(
+        tests=tests, cases=["k3", "k312_dilated", "wide", "c36_c200", "w40_c36_c200"]
+    )
     env = dict(os.environ, FUSED_OPS_SPLIT_TF32_WGMMA="0")
     r = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600

@@ -263,6 +263,18 @@ struct Conv3dWeightGradChannelsLastParams {
   float* grad_weight;
 };
 
+// The same weight gradient with x in NCDHW, the layout the module's input comes in (no
+// transpose of x): grad_y (N, Do, Ho, Wo, C_out) and grad_weight as above.
+struct Conv3dWeightGradNcdhwInputParams {
+  Conv3dShape conv;
+  const float* x;  // (N, C_in, D, H, W) contiguous
+  const float* grad_y;
+  float* grad_weight;
+  // true: split-TF32 products (float32-grade); false: plain TF32 products (PyTorch's
+  // allow_tf32 mode, as accurate as cuDNN's TF32 kernels and 3x fewer products).
+  bool split_tf32;
+};
+
 // Whether the split-TF32 tensor-core convolution (split_tf32_conv3d.cuh) takes this shape: one
 // conv group, C_in and C_out multiples of 4 (its 16-byte loads and stores), and every size
 // and element count within int32 (CUTLASS's problem size). Plain host logic, in every build.
@@ -286,6 +298,11 @@ struct SplitTf32Conv3dCudaKernel {
   const char* (*forward_kernel)();
   CudaKernel<Conv3dChannelsLastParams> forward;
   CudaKernel<Conv3dWeightGradChannelsLastParams> weight_grad;
+  // The weight gradient on Hopper's wgmma (split_tf32_wgmma_wgrad.cuh), x NCDHW: whether it
+  // takes the shape on the current device (sm_90, stride 1, kW <= 3, W a multiple of 4, ...),
+  // and the kernel; elsewhere weight_grad (CUTLASS's sm80 wgrad) runs.
+  bool (*weight_grad_ncdhw_input_supported)(const Conv3dShape&);
+  CudaKernel<Conv3dWeightGradNcdhwInputParams> weight_grad_ncdhw_input;
 };
 extern const SplitTf32Conv3dCudaKernel split_tf32_conv3d_cuda;
 

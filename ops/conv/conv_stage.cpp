@@ -247,6 +247,21 @@ at::Tensor transposed_as_forward_split_tf32(const at::Tensor& input, const at::T
 #endif
 }
 
+#ifdef FUSED_OPS_WITH_CUTLASS
+// The forward rewrite `forward`'s weight gradient into forward_grad (C_out, k..., C_in) on
+// Hopper's wgmma kernel, x read NCDHW (input's values: no transpose), dy NDHWC.
+void run_weight_grad_ncdhw_input(const char* op, const at::Tensor& dy, const at::Tensor& input,
+                                 const Conv3dShape& forward, bool split_tf32,
+                                 at::Tensor& forward_grad) {
+  const at::Tensor x = aligned_16(float_cuda_in_format(input, at::MemoryFormat::Contiguous));
+  run_cuda_kernel(op, input,
+                  Conv3dWeightGradNcdhwInputParams{
+                      forward, x.const_data_ptr<float>(), dy.const_data_ptr<float>(),
+                      forward_grad.mutable_data_ptr<float>(), split_tf32},
+                  split_tf32_conv3d_cuda.weight_grad_ncdhw_input);
+}
+#endif
+
 // conv3d_backward of a transposed convolution that ran as transposed_as_forward_split_tf32: the
 // input gradient is a forward convolution of dy (split_tf32_input_grad_shape) and the weight
 // gradient that of the forward rewrite, both on the split-TF32 kernels; the bias gradient is
@@ -275,15 +290,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_split_tf32_backward(
     grad_input = float_cuda_in_format(dx, input.suggest_memory_format());
   }
   if (output_mask[1]) {
-    const at::Tensor x = aligned_16(float_cuda_in_format(input, kChannelsLast));
-    // The forward rewrite's weight gradient, KTRSC: (C_out, k..., C_in).
+    // The forward rewrite's weight gradient, KTRSC: (C_out, k..., C_in). On Hopper's wgmma
+    // kernel x stays NCDHW; CUTLASS's sm80 wgrad takes it NDHWC.
     at::Tensor forward_grad = at::empty(
         {forward.C_out, forward.kD, forward.kH, forward.kW, forward.C_in}, input.options());
-    run_cuda_kernel(kOp, input,
-                    Conv3dWeightGradChannelsLastParams{forward, x.const_data_ptr<float>(),
-                                                       dy.const_data_ptr<float>(),
-                                                       forward_grad.mutable_data_ptr<float>()},
-                    split_tf32_conv3d_cuda.weight_grad);
+    if (split_tf32_conv3d_cuda.weight_grad_ncdhw_input_supported(forward)) {
+      run_weight_grad_ncdhw_input(kOp, dy, input, forward, /*split_tf32=*/true, forward_grad);
+    } else {
+      const at::Tensor x = aligned_16(float_cuda_in_format(input, kChannelsLast));
+      run_cuda_kernel(kOp, input,
+                      Conv3dWeightGradChannelsLastParams{forward, x.const_data_ptr<float>(),
+                                                         dy.const_data_ptr<float>(),
+                                                         forward_grad.mutable_data_ptr<float>()},
+                      split_tf32_conv3d_cuda.weight_grad);
+    }
     // (C_out, k..., C_in) -> the forward weight's (C_out, C_in, k...) -> (C_in, C_out, k...).
     grad_weight = transposed_weight_of_forward(forward_grad.permute({0, 4, 1, 2, 3}), p.groups,
                                                weight.sizes())
@@ -308,7 +328,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_split_tf32_backward(
 // kernel after 0.23 ms of transposes, the weight gradient 2.47 ms after 0.33 ms of transposes;
 // in NDHWC the input gradient takes 1.15 ms (an sm90 kernel) and the rewrite's weight gradient
 // 1.98 ms (a 128x64 tile where the transposed one's takes 128x128), after one transpose of dy
-// (0.23 ms) and one of x (0.10 ms).
+// (0.23 ms) and one of x (0.10 ms). Where our wgmma weight gradient takes the shape (sm_90), it
+// runs instead, with TF32 products and x read NCDHW.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_as_forward_backward(
     const at::Tensor& grad_y, const at::Tensor& input, const at::Tensor& weight, bool has_bias,
     const Conv3dParams& p, std::array<bool, 3> output_mask) {
@@ -321,15 +342,34 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_as_forward_backward(
     grad_input = float_cuda_in_format(dx, input.suggest_memory_format());
   }
   if (output_mask[1]) {
-    const at::Tensor x = aligned_16(float_cuda_in_format(input, kChannelsLast));
-    const at::Tensor forward_weight =
-        forward_weight_of_transposed(weight, p.groups).contiguous(kChannelsLast);
-    const at::Tensor forward_grad = std::get<1>(at::convolution_backward(
-        dy, x, forward_weight, c10::nullopt, /*stride=*/{1, 1, 1},
-        forward_padding_of_transposed(weight, p), p.dilation, /*transposed=*/false,
-        /*output_padding=*/{0, 0, 0}, p.groups, {false, true, false}));
-    grad_weight = transposed_weight_of_forward(forward_grad, p.groups, weight.sizes())
-                      .contiguous(weight.suggest_memory_format());
+    bool done = false;
+#ifdef FUSED_OPS_WITH_CUTLASS
+    // On Hopper our wgmma weight gradient with TF32 products, x read NCDHW (no transpose):
+    // measured in benchmarks/h200-2026-11-26-wgmma-wgrad/.
+    const Conv3dShape forward =
+        p.groups == 1 ? split_tf32_params_of_transposed(input, weight, p).conv : Conv3dShape{};
+    if (p.groups == 1 && split_tf32_conv3d_cuda.weight_grad_ncdhw_input_supported(forward)) {
+      at::Tensor forward_grad = at::empty(
+          {forward.C_out, forward.kD, forward.kH, forward.kW, forward.C_in}, input.options());
+      run_weight_grad_ncdhw_input("fused::conv_transpose3d_relu_group_norm (TF32 backward)", dy,
+                                  input, forward, /*split_tf32=*/false, forward_grad);
+      grad_weight = transposed_weight_of_forward(forward_grad.permute({0, 4, 1, 2, 3}), p.groups,
+                                                 weight.sizes())
+                        .contiguous(weight.suggest_memory_format());
+      done = true;
+    }
+#endif
+    if (!done) {
+      const at::Tensor x = aligned_16(float_cuda_in_format(input, kChannelsLast));
+      const at::Tensor forward_weight =
+          forward_weight_of_transposed(weight, p.groups).contiguous(kChannelsLast);
+      const at::Tensor forward_grad = std::get<1>(at::convolution_backward(
+          dy, x, forward_weight, c10::nullopt, /*stride=*/{1, 1, 1},
+          forward_padding_of_transposed(weight, p), p.dilation, /*transposed=*/false,
+          /*output_padding=*/{0, 0, 0}, p.groups, {false, true, false}));
+      grad_weight = transposed_weight_of_forward(forward_grad, p.groups, weight.sizes())
+                        .contiguous(weight.suggest_memory_format());
+    }
   }
   if (output_mask[2] && has_bias) {
     grad_bias = grad_y.sum({0, 2, 3, 4});

@@ -3,13 +3,15 @@
 //
 // The forward runs the wgmma kernel (split_tf32_wgmma_conv3d.cuh) on sm_90 devices where it takes
 // the shape, else CUTLASS's sm80 kernel: the wide tile here (its narrow one, for C_out <= 64, in
-// split_tf32_conv3d_narrow_cuda.cu). The weight gradient: CUTLASS's sm80 kernel on the wide
-// tile. The choices and their measurements: benchmarks/split_tf32_wgmma_check.cu and
+// split_tf32_conv3d_narrow_cuda.cu). The weight gradient: the wgmma kernel
+// (split_tf32_wgmma_wgrad.cuh, x NCDHW) where it takes the shape, else CUTLASS's sm80 kernel on
+// the wide tile. The choices and their measurements: benchmarks/split_tf32_wgmma_check.cu and
 // benchmarks/tune_split_tf32_conv3d.cu.
 #include "common/cuda/device_info.cuh"
 #include "conv/conv_kernels.h"
 #include "conv/split_tf32_conv3d.cuh"
 #include "conv/split_tf32_wgmma_conv3d.cuh"
+#include "conv/split_tf32_wgmma_wgrad.cuh"
 
 namespace fused_ops {
 namespace gpu {
@@ -69,6 +71,16 @@ int weight_grad_launch(const conv::Conv3dWeightGradChannelsLastParams& p, void* 
       Wgrad::launch(p, wgrad_slices(p.conv), workspace, static_cast<cudaStream_t>(stream)));
 }
 
+size_t weight_grad_ncdhw_input_workspace_bytes(const conv::Conv3dWeightGradNcdhwInputParams& p) {
+  return wgmma_wgrad_workspace_bytes(p.conv);
+}
+
+int weight_grad_ncdhw_input_launch(const conv::Conv3dWeightGradNcdhwInputParams& p, void* workspace,
+                                   void* stream) {
+  return static_cast<int>(wgmma_wgrad_launch(p.conv, p.x, p.grad_y, p.grad_weight, workspace,
+                                             p.split_tf32, static_cast<cudaStream_t>(stream)));
+}
+
 }  // namespace
 }  // namespace gpu
 
@@ -78,7 +90,9 @@ const SplitTf32Conv3dCudaKernel split_tf32_conv3d_cuda{
     gpu::split_tf32_supported,
     gpu::forward_kernel_name,
     {gpu::forward_workspace_bytes, gpu::forward_launch},
-    {gpu::weight_grad_workspace_bytes, gpu::weight_grad_launch}};
+    {gpu::weight_grad_workspace_bytes, gpu::weight_grad_launch},
+    gpu::wgmma_wgrad_supported,
+    {gpu::weight_grad_ncdhw_input_workspace_bytes, gpu::weight_grad_ncdhw_input_launch}};
 
 }  // namespace conv
 }  // namespace fused_ops

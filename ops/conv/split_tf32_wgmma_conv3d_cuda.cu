@@ -1,10 +1,12 @@
 // The library's instances of the wgmma split-TF32 convolution (split_tf32_wgmma_conv3d.cuh) and
-// its host side: which devices and shapes it takes, the weights' split, the launch.
+// weight gradient (split_tf32_wgmma_wgrad.cuh), and their host side: which devices and shapes
+// they take, the weights' split, the launches.
 //
 // Compiled for sm_90a in every build (CMakeLists.txt adds that target to this file); on other
 // devices, or where the device would run another image of this file, split_tf32_conv3d_cuda.cu
 // keeps CUTLASS's sm80 kernel.
 #include "conv/split_tf32_wgmma_conv3d.cuh"
+#include "conv/split_tf32_wgmma_wgrad.cuh"
 
 #include "common/cuda/device_info.cuh"
 
@@ -166,6 +168,96 @@ cudaError_t wgmma_conv_launch(const conv::Conv3dChannelsLastParams& cp, void* wo
   }
   return narrow(cp.conv) ? launch_split_tf32_wgmma_conv3d<NarrowTile>(p, stream)
                          : launch_split_tf32_wgmma_conv3d<WideTile>(p, stream);
+}
+
+// ---- Weight gradient.
+
+namespace {
+
+// 4 stages of 36 KB. benchmarks/split_tf32_wgmma_check.cu times it against CUTLASS's wgrad.
+using WgradTile = WgmmaWgradTile<4>;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+WgmmaWgradParams wgrad_params(const conv::Conv3dShape& s) {
+  WgmmaWgradParams p{};
+  p.N = static_cast<int>(s.N), p.D = static_cast<int>(s.D), p.H = static_cast<int>(s.H);
+  p.W = static_cast<int>(s.W), p.C_in = static_cast<int>(s.C_in);
+  p.C_out = static_cast<int>(s.C_out), p.kD = static_cast<int>(s.kD);
+  p.kH = static_cast<int>(s.kH), p.kW = static_cast<int>(s.kW);
+  p.Do = static_cast<int>(s.Do), p.Ho = static_cast<int>(s.Ho), p.Wo = static_cast<int>(s.Wo);
+  for (int i = 0; i < 3; ++i) {
+    p.padding[i] = static_cast<int>(s.padding[i]);
+    p.dilation[i] = static_cast<int>(s.dilation[i]);
+  }
+  p.w_chunks = static_cast<int>(ceil_div(s.W, kWgradBK));
+  p.blocks = static_cast<int>(s.N * s.D * s.H * p.w_chunks);
+  // Split-K: about one block per SM over the grid's (t, r) pairs and channel tiles.
+  const int64_t tiles = s.kD * s.kH * ceil_div(s.C_out, kWgradBM) * ceil_div(s.C_in, kWgradBN);
+  const int64_t want = std::max<int64_t>(
+      1, std::min<int64_t>(p.blocks, current_device_info().multiprocessors / tiles));
+  p.blocks_per_split = static_cast<int>(ceil_div(p.blocks, want));
+  p.splits = static_cast<int>(ceil_div(p.blocks, p.blocks_per_split));
+  return p;
+}
+
+}  // namespace
+
+__global__ void wgmma_wgrad_reduce_kernel(const WgmmaWgradParams p) {
+  const int taps = p.kD * p.kH * p.kW;
+  const int64_t per_split = static_cast<int64_t>(taps) * p.C_out * p.C_in;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < per_split;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = 0.f;
+    for (int split = 0; split < p.splits; ++split) {
+      sum += p.partial[split * per_split + i];
+    }
+    const int64_t c = i % p.C_in;
+    const int64_t k = (i / p.C_in) % p.C_out;
+    const int64_t tap = i / (static_cast<int64_t>(p.C_in) * p.C_out);
+    p.dw[(k * taps + tap) * p.C_in + c] = sum;
+  }
+}
+
+bool wgmma_wgrad_supported(const conv::Conv3dShape& s) {
+  const bool stride_1 = s.stride[0] == 1 && s.stride[1] == 1 && s.stride[2] == 1;
+  return stride_1 && conv::split_tf32_conv3d_shape_supported(s) && s.W % 4 == 0 &&
+         s.kW <= kWgradMaxKW && kWgradBK + (s.kW - 1) * s.dilation[2] <= kWgradMaxRows &&
+         static_cast<size_t>(WgradTile::kSmemBytes) <= current_device_info().shared_memory &&
+         wgmma_conv_available();
+}
+
+size_t wgmma_wgrad_workspace_bytes(const conv::Conv3dShape& s) {
+  const WgmmaWgradParams p = wgrad_params(s);
+  return static_cast<size_t>(p.splits) * s.kD * s.kH * s.kW * s.C_out * s.C_in * sizeof(float);
+}
+
+cudaError_t wgmma_wgrad_launch(const conv::Conv3dShape& s, const float* x_ncdhw,
+                               const float* dy_ndhwc, float* dw, void* workspace, bool split,
+                               cudaStream_t stream) {
+  WgmmaWgradParams p = wgrad_params(s);
+  p.x = x_ncdhw;
+  p.dy = dy_ndhwc;
+  p.partial = static_cast<float*>(workspace);
+  p.dw = dw;
+  const auto kernel = split ? split_tf32_wgmma_wgrad_kernel<WgradTile::kStages, true>
+                            : split_tf32_wgmma_wgrad_kernel<WgradTile::kStages, false>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       WgradTile::kSmemBytes);
+  if (e != cudaSuccess) {
+    return e;
+  }
+  const dim3 grid(static_cast<unsigned>(s.kD * s.kH * p.splits),
+                  static_cast<unsigned>(ceil_div(s.C_out, kWgradBM)),
+                  static_cast<unsigned>(ceil_div(s.C_in, kWgradBN)));
+  kernel<<<grid, kWgmmaConvThreads, WgradTile::kSmemBytes, stream>>>(p);
+  if ((e = cudaGetLastError()) != cudaSuccess) {
+    return e;
+  }
+  const int64_t outputs = s.kD * s.kH * s.kW * s.C_out * s.C_in;
+  wgmma_wgrad_reduce_kernel<<<
+      static_cast<unsigned>(std::min<int64_t>(ceil_div(outputs, 256), 4096)), 256, 0, stream>>>(p);
+  return cudaGetLastError();
 }
 
 }  // namespace gpu
