@@ -175,7 +175,9 @@ cudaError_t wgmma_conv_launch(const conv::Conv3dChannelsLastParams& cp, void* wo
 namespace {
 
 // 4 stages of 36 KB. benchmarks/split_tf32_wgmma_check.cu times it against CUTLASS's wgrad.
-using WgradTile = WgmmaWgradTile<4>;
+using WgradSplitTile = WgmmaWgradTile<4, true>;
+using WgradTf32Tile = WgmmaWgradTile<4, false>;
+static_assert(WgradSplitTile::kSmemBytes == WgradTf32Tile::kSmemBytes, "one shared memory size");
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -223,7 +225,7 @@ bool wgmma_wgrad_supported(const conv::Conv3dShape& s) {
   const bool stride_1 = s.stride[0] == 1 && s.stride[1] == 1 && s.stride[2] == 1;
   return stride_1 && conv::split_tf32_conv3d_shape_supported(s) && s.W % 4 == 0 &&
          s.kW <= kWgradMaxKW && kWgradBK + (s.kW - 1) * s.dilation[2] <= kWgradMaxRows &&
-         static_cast<size_t>(WgradTile::kSmemBytes) <= current_device_info().shared_memory &&
+         static_cast<size_t>(WgradSplitTile::kSmemBytes) <= current_device_info().shared_memory &&
          wgmma_conv_available();
 }
 
@@ -240,17 +242,17 @@ cudaError_t wgmma_wgrad_launch(const conv::Conv3dShape& s, const float* x_ncdhw,
   p.dy = dy_ndhwc;
   p.partial = static_cast<float*>(workspace);
   p.dw = dw;
-  const auto kernel = split ? split_tf32_wgmma_wgrad_kernel<WgradTile::kStages, true>
-                            : split_tf32_wgmma_wgrad_kernel<WgradTile::kStages, false>;
+  const auto kernel = split ? split_tf32_wgmma_wgrad_kernel<WgradSplitTile::kStages, true>
+                            : split_tf32_wgmma_wgrad_kernel<WgradTf32Tile::kStages, false>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       WgradTile::kSmemBytes);
+                                       WgradSplitTile::kSmemBytes);
   if (e != cudaSuccess) {
     return e;
   }
   const dim3 grid(static_cast<unsigned>(s.kD * s.kH * p.splits),
                   static_cast<unsigned>(ceil_div(s.C_out, kWgradBM)),
                   static_cast<unsigned>(ceil_div(s.C_in, kWgradBN)));
-  kernel<<<grid, kWgmmaConvThreads, WgradTile::kSmemBytes, stream>>>(p);
+  kernel<<<grid, kWgmmaConvThreads, WgradSplitTile::kSmemBytes, stream>>>(p);
   if ((e = cudaGetLastError()) != cudaSuccess) {
     return e;
   }

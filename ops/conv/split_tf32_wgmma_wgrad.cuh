@@ -53,18 +53,23 @@ constexpr int kWgradMaxKW = 3;        // taps along W per block
 constexpr int kWgradMaxRows = 36;     // dy rows per K block: 32 + (kW - 1) * dilation_w at most
 constexpr int kWgradRowFloats = 136;  // a dy row in shared memory: 128 channels + 8
 
-template <int Stages>
+template <int Stages, bool Split>
 struct WgmmaWgradTile {
   static constexpr int kStages = Stages;
+  static constexpr bool kSplit = Split;
   // The dy rows, rounded up to the 1024-byte swizzle atom the x tiles after them need.
   static constexpr int kABytes = (kWgradMaxRows * kWgradRowFloats * 4 + 1023) / 1024 * 1024;
   static constexpr int kBBytes = kWgradBN * 128;
   static constexpr int kStageBytes = kABytes + 2 * kBBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
+  // Split: a consumer loads and splits the next tap's fragments while the tap's products run
+  // (H200, headline: 2.00 -> 1.88 ms); with one product per tap that made the plain-TF32
+  // kernel slower (1.35 -> 1.56 ms), so it loads them after (2026-11-26, check.txt).
+  static constexpr bool kPrefetchTap = Split;
   // The producer holds a K block's x values (16) ahead; the consumers kW x 32 sums, a tap's
-  // block sums (32) and fragments.
-  static constexpr int kProducerRegisters = 88;
-  static constexpr int kConsumerRegisters = 200;
+  // block sums (32) and one or two taps' fragments (32 each, split).
+  static constexpr int kProducerRegisters = Split ? 72 : 88;
+  static constexpr int kConsumerRegisters = Split ? 216 : 200;
 };
 
 // kSplit: split TF32 (three products, float32-grade); else plain TF32 (one product of the
@@ -74,7 +79,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     split_tf32_wgmma_wgrad_kernel(const WgmmaWgradParams p) {
 #ifdef FUSED_OPS_WGMMA_ENABLED
   using namespace wgmma_conv_detail;
-  using Tile = WgmmaWgradTile<kStages>;
+  using Tile = WgmmaWgradTile<kStages, kSplit>;
   constexpr int kAcc = kWgradBN / 2;  // accumulator floats per thread per m64 x n64 tile
 
   extern __shared__ uint8_t smem_raw[];
@@ -237,46 +242,62 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     const uint32_t b_hi = smem_base + slot * Tile::kStageBytes + Tile::kABytes;
     const uint64_t desc_hi = k_major_sw128_desc(b_hi);
     const uint64_t desc_lo = k_major_sw128_desc(b_hi + Tile::kBBytes);
+    // The fragments of tap s (split), into buffer s % 2 (Tile::kPrefetchTap: tap s + 1's load
+    // while tap s's products run).
+    uint32_t frag_hi[2][kWgradBK / 8][4], frag_lo[2][kWgradBK / 8][4];
+    const auto load_tap = [&](int s, int buffer) {
+      // Tap s along W reads dy rows shifted by (kW - 1 - s) * dw from the leftmost.
+      const float* const a = a_tile + ((p.kW - 1 - s) * p.dilation[2]) * kWgradRowFloats;
+#pragma unroll
+      for (int kk = 0; kk < kWgradBK / 8; ++kk) {
+        // The m64 x k8 fragment: (channel g, position t), (g + 8, t), (g, t + 4), (g + 8, t + 4).
+        const int pos = kk * 8 + t;
+        const float v[4] = {a[pos * kWgradRowFloats + frag_row0],
+                            a[pos * kWgradRowFloats + frag_row0 + 8],
+                            a[(pos + 4) * kWgradRowFloats + frag_row0],
+                            a[(pos + 4) * kWgradRowFloats + frag_row0 + 8]};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          split_tf32_rounded(v[j], frag_hi[buffer][kk][j], frag_lo[buffer][kk][j]);
+        }
+      }
+    };
+    load_tap(0, 0);
 #pragma unroll
     for (int s = 0; s < kWgradMaxKW; ++s) {
       if (s < p.kW) {
-        // Tap s along W reads dy rows shifted by (kW - 1 - s) * dw from the leftmost.
-        const float* const a = a_tile + ((p.kW - 1 - s) * p.dilation[2]) * kWgradRowFloats;
+        const int buffer = s % 2;
+        cute::warpgroup_arrive();
 #pragma unroll
         for (int kk = 0; kk < kWgradBK / 8; ++kk) {
-          // The m64 x k8 fragment: (channel g, position t), (g + 8, t), (g, t + 4), (g + 8, t + 4).
-          const int pos = kk * 8 + t;
-          const float v[4] = {a[pos * kWgradRowFloats + frag_row0],
-                              a[pos * kWgradRowFloats + frag_row0 + 8],
-                              a[(pos + 4) * kWgradRowFloats + frag_row0],
-                              a[(pos + 4) * kWgradRowFloats + frag_row0 + 8]};
-          uint32_t a_hi[4], a_lo[4];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            split_tf32_rounded(v[j], a_hi[j], a_lo[j]);
-          }
-          cute::warpgroup_arrive();
           const uint64_t k_step = static_cast<uint64_t>(kk * 2);
           const auto first =
               kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One;
           if (kSplit) {
-            wgmma_rs<kWgradBN>(partial, a_lo, desc_hi + k_step, first,
+            wgmma_rs<kWgradBN>(partial, frag_lo[buffer][kk], desc_hi + k_step, first,
                                std::make_index_sequence<kAcc>{});
-            wgmma_rs<kWgradBN>(partial, a_hi, desc_lo + k_step, cute::SM90::GMMA::ScaleOut::One,
-                               std::make_index_sequence<kAcc>{});
-            wgmma_rs<kWgradBN>(partial, a_hi, desc_hi + k_step, cute::SM90::GMMA::ScaleOut::One,
-                               std::make_index_sequence<kAcc>{});
+            wgmma_rs<kWgradBN>(partial, frag_hi[buffer][kk], desc_lo + k_step,
+                               cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
+            wgmma_rs<kWgradBN>(partial, frag_hi[buffer][kk], desc_hi + k_step,
+                               cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
           } else {
-            wgmma_rs<kWgradBN>(partial, a_hi, desc_hi + k_step, first,
+            wgmma_rs<kWgradBN>(partial, frag_hi[buffer][kk], desc_hi + k_step, first,
                                std::make_index_sequence<kAcc>{});
           }
         }
         cute::warpgroup_commit_batch();
+        const bool next_tap = s + 1 < kWgradMaxKW && s + 1 < p.kW;
+        if (Tile::kPrefetchTap && next_tap) {
+          load_tap(s + 1, (s + 1) % 2);
+        }
         cute::warpgroup_wait<0>();
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) {
           cute::warpgroup_fence_operand(partial[i]);
           acc[s][i] += partial[i];
+        }
+        if (!Tile::kPrefetchTap && next_tap) {
+          load_tap(s + 1, (s + 1) % 2);
         }
       }
     }
