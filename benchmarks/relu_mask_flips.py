@@ -5,8 +5,9 @@ zero than the float64 one. ReLU then passes the gradient at that element in one 
 blocks it in the other, so the input and weight gradients differ by that element's whole
 contribution: a relative error of ~1e-4 at the headline size from a handful of elements,
 whichever float32 convolution ran (no float32 computation can know the float64 sign). This
-measures, for eager PyTorch and for fused-ops on the same input and parameters (random
-GroupNorm affine and conv bias, as benchmarks/numerics.py):
+measures, for eager PyTorch and for fused-ops on the same input and parameters (the headline
+model: C_out = 2 C_in, k3, no conv bias, GroupNorm(8) with a random affine, as
+benchmarks/numerics.py randomises it):
 
 * how many conv outputs have the other sign than in float64 (the "flips");
 * each gradient's relative L2 error against two float64 references: the plain one (float64
@@ -83,7 +84,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--shape", type=int, nargs=5, default=[16, 64, 32, 32, 32])
+    parser.add_argument(
+        "--shape",
+        type=int,
+        nargs=5,
+        default=[16, 64, 32, 32, 32],
+        help="input (N, C_in, D, H, W); C_out = 2 C_in, which GroupNorm(8) must divide",
+    )
     parser.add_argument("--input", choices=["rand", "randn"], default="rand")
     parser.add_argument("--tf32", action="store_true", help="TF32 allowed (default: off)")
     parser.add_argument("--device", default="cuda")

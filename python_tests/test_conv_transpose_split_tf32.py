@@ -1,9 +1,10 @@
 """conv_transpose3d_relu_group_norm on the split-TF32 tensor-core convolution (CUDA, float32,
 TF32 off): the path it takes, and its values and gradients against float64 over shapes,
 paddings, dilations, layouts and misaligned data; falls back to cuDNN outside its family.
-Its forward convolutions run the wgmma kernel on sm_90 devices and CUTLASS's sm80 kernel
-elsewhere; on an sm_90 device the tests below run the sm80 one too, in a subprocess
-(FUSED_OPS_SPLIT_TF32_WGMMA=0)."""
+Its convolutions (forward, input and weight gradients) run our wgmma kernels on sm_90 devices
+and CUTLASS's sm80 ones elsewhere; on an sm_90 device the tests below run the sm80 ones too, in
+a subprocess (FUSED_OPS_SPLIT_TF32_WGMMA=0). The weight gradient's wgmma kernel takes W (the
+input's width) a multiple of 4: the w* cases."""
 
 from __future__ import annotations
 

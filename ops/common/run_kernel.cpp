@@ -10,12 +10,12 @@
 namespace fused_ops {
 namespace detail {
 
-void run_cuda(const char* op, const at::Tensor& on, size_t workspace_bytes,
+void run_cuda(const char* op, const at::Tensor& on, c10::function_ref<size_t()> workspace_bytes,
               c10::function_ref<int(void*, void*)> launch) {
 #ifdef FUSED_OPS_WITH_CUDA
   const c10::cuda::CUDAGuard device_guard(on.device());
   const at::Tensor workspace =
-      at::empty({static_cast<int64_t>(workspace_bytes)}, on.options().dtype(at::kByte));
+      at::empty({static_cast<int64_t>(workspace_bytes())}, on.options().dtype(at::kByte));
   const cudaError_t status = static_cast<cudaError_t>(
       launch(workspace.mutable_data_ptr(), c10::cuda::getCurrentCUDAStream().stream()));
   TORCH_CHECK(status == cudaSuccess, op,

@@ -21,8 +21,9 @@ namespace fused_ops {
 
 namespace detail {
 // Runs `launch(workspace, stream)` on `on`'s device and current stream with a workspace of
-// `workspace_bytes`; throws (naming `op`) if it returns an error.
-void run_cuda(const char* op, const at::Tensor& on, size_t workspace_bytes,
+// `workspace_bytes()` (asked on that device too: sizes may depend on it, e.g. split-K over its
+// SMs); throws (naming `op`) if it returns an error.
+void run_cuda(const char* op, const at::Tensor& on, c10::function_ref<size_t()> workspace_bytes,
               c10::function_ref<int(void*, void*)> launch);
 }  // namespace detail
 
@@ -30,9 +31,9 @@ void run_cuda(const char* op, const at::Tensor& on, size_t workspace_bytes,
 template <typename Params>
 void run_cuda_kernel(const char* op, const at::Tensor& on, const Params& params,
                      const CudaKernel<Params>& cuda) {
-  detail::run_cuda(op, on, cuda.workspace_bytes(params), [&](void* workspace, void* stream) {
-    return cuda.launch(params, workspace, stream);
-  });
+  detail::run_cuda(
+      op, on, [&] { return cuda.workspace_bytes(params); },
+      [&](void* workspace, void* stream) { return cuda.launch(params, workspace, stream); });
 }
 
 // Runs the kernel of `kernels` for `on`'s device (CPU or CUDA) with `params`.

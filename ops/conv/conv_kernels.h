@@ -300,7 +300,8 @@ struct SplitTf32Conv3dCudaKernel {
   CudaKernel<Conv3dWeightGradChannelsLastParams> weight_grad;
   // The weight gradient on Hopper's wgmma (split_tf32_wgmma_wgrad.cuh), x NCDHW: whether it
   // takes the shape on the current device (sm_90, stride 1, kW <= 3, W a multiple of 4, ...),
-  // and the kernel; elsewhere weight_grad (CUTLASS's sm80 wgrad) runs.
+  // and the kernel; elsewhere weight_grad (CUTLASS's sm80 wgrad) runs with TF32 off, cuDNN's
+  // with TF32 on.
   bool (*weight_grad_ncdhw_input_supported)(const Conv3dShape&);
   CudaKernel<Conv3dWeightGradNcdhwInputParams> weight_grad_ncdhw_input;
 };

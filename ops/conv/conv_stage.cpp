@@ -26,7 +26,8 @@
 // and padding <= (k - 1) * dilation (the forward padding must not be negative). It computes
 // the same function; only the rounding differs. With float32, its backward runs in NDHWC too
 // (transposed_as_forward_backward: cuDNN's NDHWC gradient kernels are faster than its NCDHW
-// ones, whose inputs it transposes itself, once per gradient).
+// ones, whose inputs it transposes itself, once per gradient); on sm_90 its weight gradient runs
+// our wgmma kernel with TF32 products instead, reading x NCDHW.
 //
 // With TF32 off (float32 products wanted), the rewrite runs on our own split-TF32 tensor-core
 // kernels (split_tf32_conv3d.cuh: float32-grade products at several times cuDNN's float32
@@ -249,7 +250,8 @@ at::Tensor transposed_as_forward_split_tf32(const at::Tensor& input, const at::T
 
 #ifdef FUSED_OPS_WITH_CUTLASS
 // The forward rewrite `forward`'s weight gradient into forward_grad (C_out, k..., C_in) on
-// Hopper's wgmma kernel, x read NCDHW (input's values: no transpose), dy NDHWC.
+// Hopper's wgmma kernel, x read NCDHW (the module's layout: no transpose unless the input comes
+// channels-last), dy NDHWC.
 void run_weight_grad_ncdhw_input(const char* op, const at::Tensor& dy, const at::Tensor& input,
                                  const Conv3dShape& forward, bool split_tf32,
                                  at::Tensor& forward_grad) {
@@ -344,8 +346,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_as_forward_backward(
   if (output_mask[1]) {
     bool done = false;
 #ifdef FUSED_OPS_WITH_CUTLASS
-    // On Hopper our wgmma weight gradient with TF32 products, x read NCDHW (no transpose):
-    // measured in benchmarks/h200-2026-11-26-wgmma-wgrad/.
+    // On Hopper our wgmma weight gradient with TF32 products, x read NCDHW: measured in
+    // benchmarks/h200-2026-11-26-wgmma-wgrad/.
     const Conv3dShape forward =
         p.groups == 1 ? split_tf32_params_of_transposed(input, weight, p).conv : Conv3dShape{};
     if (p.groups == 1 && split_tf32_conv3d_cuda.weight_grad_ncdhw_input_supported(forward)) {
@@ -498,6 +500,12 @@ at::Tensor run_conv3d(const at::Tensor& unaligned_input, const at::Tensor& unali
                       const c10::optional<at::Tensor>& bias, const Conv3dParams& p,
                       ConvConsumer consumer, ConvOutputLayout layout) {
   const bool cuda = unaligned_input.is_cuda();
+  // The path's checks ask the current device (compute capability, SMs, shared memory): make it
+  // the input's.
+  c10::OptionalDeviceGuard device_guard;
+  if (cuda) {
+    device_guard.reset_device(unaligned_input.device());
+  }
   const at::Tensor input = cuda ? aligned_16(unaligned_input) : unaligned_input;
   const at::Tensor weight = cuda ? aligned_16(unaligned_weight) : unaligned_weight;
   const ConvPath path = select_conv_path(input, weight, p, consumer);
@@ -578,6 +586,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(const at::Tensor&
             output_mask[1] ? like(weight) : at::Tensor(),
             has_grad_bias ? at::empty_symint({grad_conv_output.sym_size(1)}, weight.options())
                           : at::Tensor()};
+  }
+  c10::OptionalDeviceGuard device_guard;  // (as run_conv3d's)
+  if (input.is_cuda()) {
+    device_guard.reset_device(input.device());
   }
   if (p.transposed) {
     switch (select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm)) {

@@ -25,7 +25,7 @@
 //   loads, rounding, the block sums' adds) and the producer's (addresses, predicates) share
 //   the schedulers with each other, and the tensor cores wait on both (2026-11-26, H200:
 //   302 -> 190 instructions per consumer warp and K block, 400 -> 230 per producer warp;
-//   headline forward 2.87 -> 2.24 ms; benchmarks/h200-2026-11-26-wgmma-lean/).
+//   headline forward 2.85-2.89 -> 2.22-2.25 ms; benchmarks/h200-2026-11-26-wgmma-lean/).
 //
 // Accumulation: the tensor cores' float32 accumulation (wgmma's, measured on an H100) rounds
 // each instruction's sum with a bias (toward zero, about half an ulp of the accumulator per
@@ -256,11 +256,11 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     constexpr int kRowsB = kBN / 16;  // weight rows per thread, K block and part
     const int chunk = tid & 7;
     const int row_base = tid >> 3;
-    // Each activation row's window: the offset of its corner (tap 0) in x, in elements
-    // (negative in the padding; x has fewer than 2^31 elements), and which taps of each dim
+    // Each activation row's window: the offset of its corner (tap 0) in x, in elements, modulo
+    // 2^32 (negative in the padding; see "Offsets" below), and which taps of each dim
     // fall inside x (bits 0.. of the D taps, then the H taps, then the W taps:
     // kWgmmaConvMaxTapBits in all); rows past M have no tap inside.
-    int corner_offset[kRowsA];
+    uint32_t corner_offset[kRowsA];
     uint32_t tap_mask[kRowsA];
 #pragma unroll
     for (int i = 0; i < kRowsA; ++i) {
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
         const int64_t n = rest / p.Do;
         const int64_t corner[3] = {z * p.stride[0] - p.padding[0], r * p.stride[1] - p.padding[1],
                                    q * p.stride[2] - p.padding[2]};
-        corner_offset[i] = static_cast<int>(
+        corner_offset[i] = static_cast<uint32_t>(
             (((n * p.D + corner[0]) * p.H + corner[1]) * p.W + corner[2]) * p.C_in);
         const int64_t k[3] = {p.kD, p.kH, p.kW}, size[3] = {p.D, p.H, p.W};
         int bit = 0;
@@ -295,13 +295,15 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     constexpr int kLag = kStages - 2;
     static_assert(kLag >= 1 && kLag < kStages, "publishing lags the copies by 1 .. kStages-1");
     // The K block's tap (tt, tr, ts), its channel chunk and the tap's offset in x from a
-    // row's corner, stepped along with kb (no divisions in the loop). Offsets are in elements,
-    // in int: x and the split weights have fewer than 2^31 (wgmma_conv_supported).
+    // row's corner, stepped along with kb (no divisions in the loop). Offsets: in elements;
+    // into x in 32-bit unsigned arithmetic (modulo 2^32, so a corner in the padding or a large
+    // dilation step wraps harmlessly: the sum copied from is inside x, below 2^29 elements);
+    // into the split weights in int (fewer than 2^31: wgmma_conv_supported).
     const int kD = static_cast<int>(p.kD), kH = static_cast<int>(p.kH);
     const int kW = static_cast<int>(p.kW), C_in = static_cast<int>(p.C_in);
-    const int tap_step[3] = {static_cast<int>(p.dilation[0] * p.H * p.W * p.C_in),
-                             static_cast<int>(p.dilation[1] * p.W * p.C_in),
-                             static_cast<int>(p.dilation[2] * p.C_in)};
+    const uint32_t tap_step[3] = {static_cast<uint32_t>(p.dilation[0] * p.H * p.W * p.C_in),
+                                  static_cast<uint32_t>(p.dilation[1] * p.W * p.C_in),
+                                  static_cast<uint32_t>(p.dilation[2] * p.C_in)};
     const int c_in_pad = static_cast<int>(p.c_in_pad);
     const int w_tap_elements = static_cast<int>(p.c_out_pad) * c_in_pad;
     const float* const x = p.x;
@@ -310,7 +312,8 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     // This thread's 16-byte chunk of its rows, swizzled: rows row_base + 16 i share row % 8.
     const uint32_t dst_in_tile =
         static_cast<uint32_t>(row_base * 128 + ((chunk ^ (row_base & 7)) << 4));
-    int tt = 0, tr = 0, ts = 0, c_chunk = 0, tap = 0, tap_offset = 0;
+    int tt = 0, tr = 0, ts = 0, c_chunk = 0, tap = 0;
+    uint32_t tap_offset = 0;
     for (int kb = 0; kb < k_blocks; ++kb) {
       const int slot = kb % kStages;
       if (kb >= kStages) {  // the consumers are done with the slot's last K block
@@ -325,9 +328,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
 #pragma unroll
       for (int i = 0; i < kRowsA; ++i) {
         const bool valid = c_valid && (tap_mask[i] & tap_bits) == tap_bits;
-        // (Inside x the offset is not negative.)
-        const uint32_t offset =
-            valid ? static_cast<uint32_t>(corner_offset[i] + tap_offset + c) : 0u;
+        const uint32_t offset = valid ? corner_offset[i] + tap_offset + c : 0u;
         cp_async_16(a_smem + i * 16 * 128, x + offset, valid);
       }
       const int w_offset = tap * w_tap_elements + c0;
@@ -358,7 +359,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
             ++tt;
           }
         }
-        tap_offset = tt * tap_step[0] + tr * tap_step[1] + ts * tap_step[2];
+        tap_offset = tt * tap_step[0] + tr * tap_step[1] + ts * tap_step[2];  // (unsigned)
       }
     }
     cp_async_wait<0>();
@@ -480,9 +481,10 @@ cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_
   return cudaGetLastError();
 }
 
-// Host side (split_tf32_wgmma_conv3d_cuda.cu). Whether the current device runs this kernel: an
-// sm_90 device running this file's sm_90a image, and FUSED_OPS_SPLIT_TF32_WGMMA not "0" (which
-// keeps CUTLASS's sm80 kernel, for comparisons); read once per device.
+// Host side (split_tf32_wgmma_conv3d_cuda.cu). Whether the current device runs this kernel (and
+// the weight gradient's, split_tf32_wgmma_wgrad.cuh): an sm_90 device running this file's
+// sm_90a image, and FUSED_OPS_SPLIT_TF32_WGMMA not "0" (which keeps CUTLASS's sm80 kernels with
+// TF32 off and cuDNN's weight gradient with TF32 on, for comparisons); read once per device.
 bool wgmma_conv_available();
 // Whether it takes this shape on the current device.
 bool wgmma_conv_supported(const conv::Conv3dShape& s);

@@ -1,12 +1,14 @@
 // The weight gradient of a stride-1 float32 3-d convolution with float32-grade accuracy on
 // Hopper's wgmma (sm_90a), the companion of split_tf32_wgmma_conv3d.cuh:
 //
-//   dw[k, t, r, s, c] = sum over n and input positions (z, p, q) of
+//   grad_w[k, t, r, s, c] = sum over n and input positions (z, p, q) of
 //       x[n, c, z, p, q] * dy[n, z + pd - t*dd, p + ph - r*dh, q + pw - s*dw, k]
+//
+// (dd, dh, dw: the dilations)
 //
 // (zero where the dy position is outside dy), x NCDHW (the layout the module's input comes
 // in), dy NDHWC (the layout the backward's GroupNorm pass writes and the input gradient's
-// convolution reads), dw (C_out, kD, kH, kW, C_in).
+// convolution reads), grad_w (C_out, kD, kH, kW, C_in).
 //
 // Computation: for each tap, a GEMM of M = C_out by N = C_in over K = the input positions,
 // reduced one K block (32 positions of one row of x along W) at a time. The reduction runs
@@ -63,7 +65,7 @@ struct WgmmaWgradTile {
   static constexpr int kStageBytes = kABytes + 2 * kBBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
   // Split: a consumer loads and splits the next tap's fragments while the tap's products run
-  // (H200, headline: 2.00 -> 1.88 ms); with one product per tap that made the plain-TF32
+  // (H200, headline: 2.00 -> 1.87-1.88 ms); with one product per tap that made the plain-TF32
   // kernel slower (1.35 -> 1.56 ms), so it loads them after (2026-11-26, check.txt).
   static constexpr bool kPrefetchTap = Split;
   // The producer holds a K block's x values (16) ahead; the consumers kW x 32 sums, a tap's
