@@ -161,6 +161,19 @@ Errors errors(const std::vector<float>& y, const std::vector<double>& ref) {
   return e;
 }
 
+// One row of the table: `kernel`'s errors, and for the timed problems its time (`launch`,
+// median of 20) and TFLOP/s of `flops` useful work.
+template <typename Launch>
+void report(const Problem& q, const char* kernel, double flops, const Errors& e, Launch launch) {
+  if (q.timed) {
+    const double ms = median_ms(launch);
+    std::printf("%-42s %-10s %9.3f %9.1f %10.2e %10.2e\n", q.name, kernel, ms, flops / ms * 1e-9,
+                e.rel_l2, e.rel_max);
+  } else {
+    std::printf("%-42s %-10s %9s %9s %10.2e %10.2e\n", q.name, kernel, "", "", e.rel_l2, e.rel_max);
+  }
+}
+
 // The small shapes run `reps` times each by the library's launch, every run compared bitwise
 // with the first (a race or an unwritten element shows as a difference) and with float64.
 int stress(const std::vector<Problem>& problems, int reps) {
@@ -281,14 +294,7 @@ int check_wgrad(const std::vector<Problem>& problems, std::mt19937& rng) {
       CHECK_CUDA(cudaMemcpy(out.data(), dw, nw * 4, cudaMemcpyDeviceToHost));
       for (int64_t i : which) picked.push_back(out[i]);
       const Errors e = errors(picked, ref);
-      if (q.timed) {
-        const double ms = median_ms(launch);
-        std::printf("%-42s %-10s %9.3f %9.1f %10.2e %10.2e\n", q.name, kernel, ms,
-                    flops / ms * 1e-9, e.rel_l2, e.rel_max);
-      } else {
-        std::printf("%-42s %-10s %9s %9s %10.2e %10.2e\n", q.name, kernel, "", "", e.rel_l2,
-                    e.rel_max);
-      }
+      report(q, kernel, flops, e, launch);
       return e;
     };
     const conv::Conv3dWeightGradChannelsLastParams cp{s, dx, ddy, dw};
@@ -393,14 +399,7 @@ int main(int argc, char** argv) {
     // Runs `launch`, reports its errors (and time, for the timed problems).
     auto measure = [&](const char* kernel, auto launch) {
       const Errors e = errors(d.run(launch), d.ref);
-      if (q.timed) {
-        const double ms = median_ms(launch);
-        std::printf("%-42s %-10s %9.3f %9.1f %10.2e %10.2e\n", q.name, kernel, ms,
-                    flops / ms * 1e-9, e.rel_l2, e.rel_max);
-      } else {
-        std::printf("%-42s %-10s %9s %9s %10.2e %10.2e\n", q.name, kernel, "", "", e.rel_l2,
-                    e.rel_max);
-      }
+      report(q, kernel, flops, e, launch);
       return e;
     };
 

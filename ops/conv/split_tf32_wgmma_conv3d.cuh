@@ -44,7 +44,7 @@
 //     SWIZZLE_128B mode, and conflict-free fragment loads); each thread publishes a slot on
 //     its "full" mbarrier once its own copies into it have landed (cp.async groups, kStages - 2
 //     blocks behind its newest copies), after a proxy fence: the weight tiles are read by the
-//     tensor cores (the async proxy), written by ordinary copies;
+//     tensor cores (the async proxy), written by ordinary copies (StageRing);
 //   - two consumer warpgroups, each m64 x kBN accumulators (wgmma m64nBNk8), wait on a
 //     slot's "full" barrier, multiply, and release the slot on its "empty" barrier.
 // The consumers never wait for each other: while one adds its block's sum and loads its next
@@ -216,6 +216,71 @@ __device__ __forceinline__ void wgmma_rs(float* acc, const uint32_t (&a)[4], uin
   Wgmma<kBN>::Op::fma(a[0], a[1], a[2], a[3], desc, acc[I]..., scale);
 }
 
+// acc += partial once the products into `partial` are done (warpgroup_wait): a K block's sum,
+// added in float32 on the CUDA cores (see "Accumulation" above).
+template <int N>
+__device__ __forceinline__ void add_block_sum(float (&acc)[N], float (&partial)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    cute::warpgroup_fence_operand(partial[i]);
+    acc[i] += partial[i];
+  }
+}
+
+// The ring of kStages shared-memory slots between a kernel's producer warpgroup (128 threads)
+// and its two consumer warpgroups (256), one K block per slot: a "full" mbarrier per slot,
+// on which every producer thread arrives once its own copies into the slot have landed, and
+// an "empty" one, on which every consumer thread arrives once done with the slot. A producer
+// thread publishes K block kb - kLag after issuing (and committing, as one cp.async group)
+// block kb's copies, so kLag blocks stay in flight; a proxy fence first orders its writes
+// before the tensor cores' reads of the slot (the async proxy), the arrive releases them to
+// the consumers' acquire. The kernels of split_tf32_wgmma_conv3d.cuh and _wgrad.cuh.
+template <int kStages>
+struct StageRing {
+  static constexpr int kLag = kStages - 2;
+  static_assert(kLag >= 1, "publishing lags the copies by 1 .. kStages - 1 blocks");
+  uint64_t* full;
+  uint64_t* empty;
+
+  // By one thread, before a __syncthreads.
+  __device__ void init() const {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(smem_u32(&full[s]), 128);   // the producer's threads
+      mbarrier_init(smem_u32(&empty[s]), 256);  // the consumers' threads
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // Producer: before writing block kb's slot, the consumers are done with its last block.
+  __device__ void producer_acquire(int kb) const {
+    if (kb >= kStages) {
+      mbarrier_wait(smem_u32(&empty[kb % kStages]), ((kb / kStages) - 1) & 1);
+    }
+  }
+  // Producer, after committing block kb's copies: publishes block kb - kLag.
+  __device__ void producer_publish(int kb) const {
+    if (kb >= kLag) {
+      cp_async_wait<kLag>();
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      mbarrier_arrive(smem_u32(&full[(kb - kLag) % kStages]));
+    }
+  }
+  // Producer, after its last block: publishes the blocks still unpublished.
+  __device__ void producer_finish(int k_blocks) const {
+    cp_async_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    for (int kb = k_blocks > kLag ? k_blocks - kLag : 0; kb < k_blocks; ++kb) {
+      mbarrier_arrive(smem_u32(&full[kb % kStages]));
+    }
+  }
+  // Consumer: block kb's slot is full; then, once this thread is done with it, free.
+  __device__ void consumer_wait(int kb) const {
+    mbarrier_wait(smem_u32(&full[kb % kStages]), (kb / kStages) & 1);
+  }
+  __device__ void consumer_release(int kb) const {
+    mbarrier_arrive(smem_u32(&empty[kb % kStages]));
+  }
+};
+
 #endif  // FUSED_OPS_WGMMA_ENABLED
 
 }  // namespace wgmma_conv_detail
@@ -231,6 +296,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
+  const StageRing<kStages> ring{full_bar, empty_bar};
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_base - smem_u32(smem_raw));
 
@@ -241,11 +307,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   const int k_blocks = static_cast<int>(p.kD * p.kH * p.kW) * c_chunks;
 
   if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(smem_u32(&full_bar[s]), 128);   // the producer's threads
-      mbarrier_init(smem_u32(&empty_bar[s]), 256);  // the consumers' threads
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    ring.init();
   }
   __syncthreads();
 
@@ -290,10 +352,6 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
         }
       }
     }
-    // The copies of K block kb are published once those of kb + kLag are issued: each
-    // thread waits for its own (cp.async groups) with kLag blocks more in flight.
-    constexpr int kLag = kStages - 2;
-    static_assert(kLag >= 1 && kLag < kStages, "publishing lags the copies by 1 .. kStages-1");
     // The K block's tap (tt, tr, ts), its channel chunk and the tap's offset in x from a
     // row's corner, stepped along with kb (no divisions in the loop). Offsets: in elements;
     // into x in 32-bit unsigned arithmetic (modulo 2^32, so a corner in the padding or a large
@@ -316,9 +374,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     uint32_t tap_offset = 0;
     for (int kb = 0; kb < k_blocks; ++kb) {
       const int slot = kb % kStages;
-      if (kb >= kStages) {  // the consumers are done with the slot's last K block
-        mbarrier_wait(smem_u32(&empty_bar[slot]), ((kb / kStages) - 1) & 1);
-      }
+      ring.producer_acquire(kb);
       const int c0 = c_chunk * kWgmmaConvBK;
       // The tap's bits in the masks (the same for every row).
       const uint32_t tap_bits = (1u << tt) | (1u << (kD + tr)) | (1u << (kD + kH + ts));
@@ -340,14 +396,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
                     w_lo + (w_offset + i * 16 * c_in_pad), true);
       }
       cp_async_commit();
-      // K block kb - kLag has landed: its slot is published (the fence orders this thread's
-      // copies before the tensor cores' reads of the weight tiles, the arrive releases them
-      // to the consumers' acquire).
-      if (kb >= kLag) {
-        cp_async_wait<kLag>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        mbarrier_arrive(smem_u32(&full_bar[(kb - kLag) % kStages]));
-      }
+      ring.producer_publish(kb);
       // The next K block: the next chunk of channels, else the next tap.
       if (++c_chunk == c_chunks) {
         c_chunk = 0;
@@ -362,11 +411,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
         tap_offset = tt * tap_step[0] + tr * tap_step[1] + ts * tap_step[2];  // (unsigned)
       }
     }
-    cp_async_wait<0>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    for (int kb = k_blocks > kLag ? k_blocks - kLag : 0; kb < k_blocks; ++kb) {
-      mbarrier_arrive(smem_u32(&full_bar[kb % kStages]));
-    }
+    ring.producer_finish(k_blocks);
     return;
   }
 
@@ -392,7 +437,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
 
   for (int kb = 0; kb < k_blocks; ++kb) {
     const int slot = kb % kStages;
-    mbarrier_wait(smem_u32(&full_bar[slot]), (kb / kStages) & 1);
+    ring.consumer_wait(kb);
     const uint8_t* a_tile = smem + slot * Tile::kStageBytes;
     const uint32_t b_hi = smem_base + slot * Tile::kStageBytes + Tile::kABytes;
     const uint64_t desc_hi = k_major_sw128_desc(b_hi);
@@ -434,12 +479,8 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     cute::warpgroup_commit_batch();
     cute::warpgroup_wait<0>();
     // The slot is free once this thread's products (and its fragment loads) are done.
-    mbarrier_arrive(smem_u32(&empty_bar[slot]));
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-      cute::warpgroup_fence_operand(partial[i]);
-      acc[i] += partial[i];
-    }
+    ring.consumer_release(kb);
+    add_block_sum(acc, partial);
   }
 
   // Epilogue. Accumulator i of the m64 x kBN tile: row g + 8 * ((i / 2) % 2), column

@@ -27,7 +27,7 @@
 // of 128 channels, cp.async, zero-filled outside dy; rows padded to 136 floats, so a warp's
 // fragment loads hit 32 banks) and loads the x tile (64 channels x 32 positions) into
 // registers a block ahead, splits it and stores the two tiles 128-byte swizzled (wgmma's B,
-// through descriptors); it publishes a stage as the forward's producer does.
+// through descriptors); it publishes each stage through the forward's StageRing.
 #pragma once
 
 #include "conv/split_tf32_wgmma_conv3d.cuh"
@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
+  const StageRing<kStages> ring{full_bar, empty_bar};
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_base - smem_u32(smem_raw));
 
@@ -99,11 +100,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   const int k_blocks = max(0, min(p.blocks, b_begin + p.blocks_per_split) - b_begin);
 
   if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(smem_u32(&full_bar[s]), 128);
-      mbarrier_init(smem_u32(&empty_bar[s]), 256);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    ring.init();
   }
   __syncthreads();
 
@@ -111,8 +108,6 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     // ---- Producer. dy: 16-byte chunk (tid % 32) of rows tid / 32 + 4 j; x: chunk (tid % 8)
     // (4 positions) of channel rows tid / 8 + 16 j.
     cutlass::arch::warpgroup_reg_dealloc<Tile::kProducerRegisters>();
-    constexpr int kLag = kStages - 2;
-    static_assert(kLag >= 1, "publishing lags the copies by at least one block");
     const int dy_chunk = tid & 31, dy_row0 = tid >> 5;
     const int x_chunk = tid & 7, x_row0 = tid >> 3;
     const int rows = kWgradBK + (p.kW - 1) * p.dilation[2];
@@ -159,9 +154,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     }
     for (int kb = 0; kb < k_blocks; ++kb) {
       const int slot = kb % kStages;
-      if (kb >= kStages) {
-        mbarrier_wait(smem_u32(&empty_bar[slot]), ((kb / kStages) - 1) & 1);
-      }
+      ring.producer_acquire(kb);
       const uint32_t stage = smem_base + slot * Tile::kStageBytes;
       // dy rows: output positions (oz, oy, ox0 + row), ox0 the leftmost the taps reach.
       const int oz = z + p.padding[0] - td * p.dilation[0];
@@ -207,19 +200,11 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
         }
       }
       // Block kb - kLag: its dy rows have landed (this thread's), its x tiles were stored
-      // before; the proxy fence orders the stores before the tensor cores' reads.
-      if (kb >= kLag) {
-        cp_async_wait<kLag>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        mbarrier_arrive(smem_u32(&full_bar[(kb - kLag) % kStages]));
-      }
+      // before (the ring's proxy fence orders them before the tensor cores' reads).
+      ring.producer_publish(kb);
       advance(n, z, y, wc);
     }
-    cp_async_wait<0>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    for (int kb = k_blocks > kLag ? k_blocks - kLag : 0; kb < k_blocks; ++kb) {
-      mbarrier_arrive(smem_u32(&full_bar[kb % kStages]));
-    }
+    ring.producer_finish(k_blocks);
     return;
   }
 
@@ -239,7 +224,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   }
   for (int kb = 0; kb < k_blocks; ++kb) {
     const int slot = kb % kStages;
-    mbarrier_wait(smem_u32(&full_bar[slot]), (kb / kStages) & 1);
+    ring.consumer_wait(kb);
     const float* const a_tile = reinterpret_cast<const float*>(smem + slot * Tile::kStageBytes);
     const uint32_t b_hi = smem_base + slot * Tile::kStageBytes + Tile::kABytes;
     const uint64_t desc_hi = k_major_sw128_desc(b_hi);
@@ -293,17 +278,13 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
           load_tap(s + 1, (s + 1) % 2);
         }
         cute::warpgroup_wait<0>();
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) {
-          cute::warpgroup_fence_operand(partial[i]);
-          acc[s][i] += partial[i];
-        }
+        add_block_sum(acc[s], partial);
         if (!Tile::kPrefetchTap && next_tap) {
           load_tap(s + 1, (s + 1) % 2);
         }
       }
     }
-    mbarrier_arrive(smem_u32(&empty_bar[slot]));
+    ring.consumer_release(kb);
   }
 
   // Epilogue: this slice's sums, [tap][k][c]. Accumulator i: channel row g + 8 * ((i / 2) % 2),
