@@ -8,6 +8,7 @@
 //   tools/split_tf32_wgmma_check.sh "" --stress  # the small shapes, 300 runs each, compared
 //                                                # bitwise with the first run and with float64
 //   tools/split_tf32_wgmma_check.sh "" --wgrad-small  # the weight gradient's small problems only
+//   tools/split_tf32_wgmma_check.sh "" --moments-small  # the small problems' "+moments" rows only
 //
 // Problems: the headline ConvTranspose3d(64 -> 128, k3) on (16, 64, 32^3) as the forward
 // convolution the library runs (padding 2) and its input gradient (128 -> 64 channels on
@@ -19,6 +20,12 @@
 // useful work (2 * M * C_out * K), relative L2 and max error against float64 (max relative to
 // the largest |y|); exits non-zero if a wgmma result is not finite or is more than twice as
 // far from float64 as CUTLASS's (or, where CUTLASS cannot run the shape, above 1e-6).
+// Where the kernel also computes the ReLU -> GroupNorm statistics (relu_channel_moments: at
+// least 128 positions per sample), a "+moments" row: the time of the convolution with them
+// (and their finalize), and in the error columns the worst relative errors of the per-(n, c)
+// mean (relative to |mean| + std) and M2 of relu(y) against those of the run's own output y
+// in float64 (what the GroupNorm's own statistics pass computes; y's error against float64 is
+// the row above); fails above 1e-5 or if a second run differs bitwise.
 #include "conv/split_tf32_conv3d.cuh"
 #include "conv/split_tf32_wgmma_conv3d.cuh"
 #include "conv/split_tf32_wgmma_wgrad.cuh"
@@ -115,7 +122,7 @@ struct Prepared {
     CHECK_CUDA(cudaMemcpy(ref.data(), dref, ny * 8, cudaMemcpyDeviceToHost));
     CHECK_CUDA(cudaFree(dref));
     if (gpu::wgmma_conv_supported(s)) {
-      CHECK_CUDA(cudaMalloc(&workspace, gpu::wgmma_conv_workspace_bytes(s)));
+      CHECK_CUDA(cudaMalloc(&workspace, gpu::wgmma_conv_workspace_bytes(p)));
     }
   }
   ~Prepared() {
@@ -246,6 +253,54 @@ __global__ void reference_wgrad_kernel(conv::Conv3dShape s, const float* x, cons
 
 // The weight gradients (wgmma, x NCDHW; CUTLASS's sm80, x NDHWC) of the stride-1 problems,
 // against float64 on every element (at most 8192 sampled ones for the timed problems).
+// The "+moments" row (see the top of the file); returns non-zero on a failure.
+int check_relu_moments(const Problem& q, const Prepared& d, double flops) {
+  const conv::Conv3dShape& s = d.s;
+  const int64_t spatial = s.Do * s.Ho * s.Wo, items = s.N * s.C_out;
+  conv::Conv3dChannelsLastParams p = d.p;
+  CHECK_CUDA(cudaMalloc(&p.relu_channel_moments, items * sizeof(norm::Moments)));
+  void* workspace = nullptr;
+  CHECK_CUDA(cudaMalloc(&workspace, gpu::wgmma_conv_workspace_bytes(p)));
+  const auto launch = [&] { return gpu::wgmma_conv_launch(p, workspace, nullptr); };
+  std::vector<norm::Moments> got[2];
+  std::vector<float> y;
+  for (auto& g : got) {
+    g.resize(items);
+    CHECK_CUDA(cudaMemset(p.relu_channel_moments, 0xff, items * sizeof(norm::Moments)));
+    y = d.run(launch);
+    CHECK_CUDA(cudaMemcpy(g.data(), p.relu_channel_moments, items * sizeof(norm::Moments),
+                          cudaMemcpyDeviceToHost));
+  }
+  const bool same = std::memcmp(got[0].data(), got[1].data(), items * sizeof(norm::Moments)) == 0;
+  Errors e;
+  for (int64_t n = 0; n < s.N; ++n) {
+    for (int64_t c = 0; c < s.C_out; ++c) {
+      double sum = 0, m2 = 0;
+      const auto relu_y = [&](int64_t i) {
+        return std::max(double(y[(n * spatial + i) * s.C_out + c]), 0.0);
+      };
+      for (int64_t i = 0; i < spatial; ++i) sum += relu_y(i);
+      const double mean = sum / double(spatial);
+      for (int64_t i = 0; i < spatial; ++i) m2 += (relu_y(i) - mean) * (relu_y(i) - mean);
+      const norm::Moments& g = got[0][n * s.C_out + c];
+      const double mean_err =
+          std::fabs(g.mean - mean) / (std::fabs(mean) + std::sqrt(m2 / spatial) + 1e-30);
+      const double m2_err = std::fabs(g.m2 - m2) / (m2 + 1e-30);
+      if (!std::isfinite(g.mean) || !std::isfinite(g.m2)) e.finite = false;
+      e.rel_l2 = std::max(e.rel_l2, mean_err);  // (the columns: mean, M2)
+      e.rel_max = std::max(e.rel_max, m2_err);
+    }
+  }
+  report(q, "+moments", flops, e, launch);
+  CHECK_CUDA(cudaFree(p.relu_channel_moments));
+  CHECK_CUDA(cudaFree(workspace));
+  if (!e.finite || !same || e.rel_l2 > 1e-5 || e.rel_max > 1e-5) {
+    std::printf("%-42s +moments FAIL%s\n", q.name, same ? "" : " (runs differ)");
+    return 2;
+  }
+  return 0;
+}
+
 int check_wgrad(const std::vector<Problem>& problems, std::mt19937& rng) {
   using Wgrad = gpu::SplitTf32Conv3dWgrad<gpu::SplitTf32WideTile>;
   int status = 0;
@@ -377,6 +432,19 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--stress") == 0) {
     return stress(small, argc > 2 ? std::atoi(argv[2]) : 300);
   }
+  if (argc > 1 && std::strcmp(argv[1], "--moments-small") == 0) {  // (for compute-sanitizer)
+    std::mt19937 rng(0);
+    int status = 0;
+    for (const Problem& q : problems) {
+      if (q.timed) continue;
+      const Prepared d(q, rng);
+      if (gpu::wgmma_conv_relu_moments_supported(d.s) && check_relu_moments(q, d, 0) != 0) {
+        status = 2;
+      }
+    }
+    std::printf(status == 0 ? "all passed\n" : "FAILED\n");
+    return status;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--wgrad-small") == 0) {  // (for compute-sanitizer)
     std::mt19937 rng(0);
     std::vector<Problem> untimed;
@@ -431,6 +499,9 @@ int main(int argc, char** argv) {
       }
     };
     check("wgmma", [&] { return d.wgmma(); });
+    if (gpu::wgmma_conv_relu_moments_supported(s) && check_relu_moments(q, d, flops) != 0) {
+      status = 2;
+    }
     // The tiles alone, on the weights wgmma_conv_launch split above.
     const gpu::WgmmaConvParams wp = gpu::wgmma_conv_params(d.p, d.workspace);
     check("128x128/4", [&] {

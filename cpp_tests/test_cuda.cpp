@@ -7,6 +7,7 @@
 // seconds, also under compute-sanitizer (e.g. `compute-sanitizer ./fused_ops_tests "[cuda]"`).
 #include "test_utils.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/cuda.h>
 
 using namespace fused_ops_test;
@@ -485,8 +486,32 @@ TEST_CASE("CUDA: float32 transposed convolutions with TF32 off run the split-TF3
         c.num_groups, c10::nullopt, c10::nullopt, 1e-5);
     INFO(c.name);
     // No tensor requires grad: the inference forward, whose conv output stays NDHWC for the
-    // GroupNorm to read in place.
-    CHECK(path == "transposed_as_forward_split_tf32 -> relu_group_norm_channels_last");
+    // GroupNorm to read in place; on the wgmma kernel, with at least 128 output positions per
+    // sample (the first case: 6 x 7 x 8, two samples, so row tiles straddle them; not the
+    // second: 7 x 3 x 4), the convolution computes the GroupNorm's statistics too.
+    int64_t positions = 1;
+    for (int i = 0; i < 3; ++i) {
+      positions *= c.input[i + 2] + (c.kernel[i] - 1) * c.dilation[i] - 2 * c.padding[i];
+    }
+    const auto kernel_query = c10::Dispatcher::singleton()
+                                  .findSchemaOrThrow("fused::_split_tf32_conv_kernel", "")
+                                  .typed<std::string(const at::Tensor&)>();
+    const bool moments = kernel_query.call(x) == "wgmma" && positions >= 128;
+    CHECK(path == std::string("transposed_as_forward_split_tf32") +
+                      (moments ? "+relu_moments" : "") + " -> relu_group_norm_channels_last");
+    {
+      // That inference forward against float64 (check_conv_case's calls record autograd).
+      const at::NoGradGuard no_grad;
+      const ConvParams q = random_conv_params(c, true, /*input_offset=*/1.0);
+      const at::Tensor xq = q.input.to(kCUDA, at::kFloat), wq = q.weight.to(kCUDA, at::kFloat);
+      const OptTensor cb = leaf(q.conv_bias, at::kFloat, kCUDA);
+      const OptTensor gw = leaf(q.gn_weight, at::kFloat, kCUDA);
+      const OptTensor gb = leaf(q.gn_bias, at::kFloat, kCUDA);
+      const at::Tensor out = fused_conv_transpose3d_relu_group_norm(c, xq, wq, cb, gw, gb);
+      const at::Tensor ref = ref_conv_transpose3d_relu_group_norm(
+          c, leaf64(xq), leaf64(wq), leaf64(cb), leaf64(gw), leaf64(gb));
+      check_close(out, ref, cuda_tol(at::kFloat), "inference output");
+    }
     for (Layout layout : {Layout::Contiguous, Layout::ChannelsLast})
       check_conv_case(true, c, at::kFloat, kCUDA, layout, cuda_tol(at::kFloat),
                       /*input_offset=*/1.0);

@@ -134,8 +134,11 @@ def dispatch_path(op: str, *args) -> str:
     ``args`` are the operator's arguments. For the conv operators the answer is
     ``"<convolution> -> <GroupNorm kernel>"``, e.g. ``"aten_float32 -> group_norm_mean"``:
     ``aten`` (ATen's convolution, as eager PyTorch runs it), ``aten_float32`` (the same with
-    float32 products whatever ``torch.backends.cudnn.allow_tf32`` says) or
-    ``transposed_as_forward`` (a stride-1 transposed convolution run as a forward one).
+    float32 products whatever ``torch.backends.cudnn.allow_tf32`` says),
+    ``transposed_as_forward`` (a stride-1 transposed convolution run as a forward one) or
+    ``transposed_as_forward_split_tf32`` (the same on our split-TF32 tensor-core kernels, TF32
+    off), with ``+relu_moments`` where that convolution also computes the GroupNorm's
+    statistics (inference on the wgmma kernel, at least 128 output positions per sample).
     ``conv3d_group_norm_mean`` answers ``"onepass"`` where its one-pass CUDA kernels run (the
     convolution's output never written; in training, backward recomputes it from the input).
     """

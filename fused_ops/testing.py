@@ -19,7 +19,14 @@ from typing import Dict
 
 import torch
 
-__all__ = ["randomise_", "ErrorReport", "compare_with_original", "relative_l2_error"]
+__all__ = [
+    "randomise_",
+    "ErrorReport",
+    "compare_with_original",
+    "relative_l2_error",
+    "ReluMaskReport",
+    "compare_relu_gradients_on_own_masks",
+]
 
 
 def randomise_(model: torch.nn.Module, seed: int = None) -> torch.nn.Module:
@@ -107,3 +114,77 @@ def compare_with_original(
             allclose_1e5=bool(torch.allclose(f, e, atol=1e-5, rtol=1e-5)),
         )
     return report
+
+
+@dataclass
+class ReluMaskReport:
+    """ConvTranspose3dReLUGroupNorm against float64 with ReLU's mask told apart (see
+    compare_relu_gradients_on_own_masks): per model ("eager", "fused") the relative L2 error of
+    its float32 convolution output, how many of its outputs have the other sign than
+    float64's (ReLU "flips"), and each gradient's error against float64 arithmetic on that
+    model's own mask."""
+
+    conv_error: Dict[str, float]
+    flips: Dict[str, int]
+    gradients: Dict[str, ErrorReport]
+
+
+def _conv_output_of_fused(fused: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    conv, gn = fused.conv_transpose, fused.group_norm
+    return torch.ops.fused._conv_transpose3d_relu_group_norm_forward(
+        x, conv.weight, conv.bias, conv.stride, conv.padding, conv.output_padding, conv.groups,
+        conv.dilation, gn.num_groups, gn.weight, gn.bias, gn.eps,
+    )[1]  # fmt: skip
+
+
+def compare_relu_gradients_on_own_masks(
+    original: torch.nn.Module,
+    fused: torch.nn.Module,
+    x: torch.Tensor,
+    grad_output_seed: int = 1,
+) -> ReluMaskReport:
+    """For ``ConvTranspose3d -> ReLU -> GroupNorm`` (``reference.ConvTranspose3dReLUGroupNorm``
+    and its drop-in, same parameters), under the current precision flags.
+
+    A float32 convolution output within its rounding error of zero can land on the other
+    side of zero than the float64 one; ReLU then passes the gradient there in one run and
+    blocks it in the other, an O(1) difference at that element that no float32 computation
+    can avoid (it cannot know the float64 sign). A handful of such elements dominate the
+    gradients' error against plain float64 at large sizes, and how many there are is luck.
+    So this measures the two things apart: each model's convolution output error (which sets
+    the expected number of flips) and flip count, and its gradients against float64
+    arithmetic that takes the model's own float32 mask (the backward's own accuracy), for the
+    backward of ``sum(out * g)`` with compare_with_original's ``g``."""
+    import torch.nn.functional as F
+
+    with torch.no_grad():
+        conv64 = copy.deepcopy(original.conv_transpose).double()(x.double())
+        conv32 = {"eager": original.conv_transpose(x), "fused": _conv_output_of_fused(fused, x)}
+    gen = torch.Generator(device=x.device).manual_seed(grad_output_seed)
+    g = torch.randn(conv64.shape, generator=gen, device=x.device, dtype=torch.float64)
+    runs, reference_runs = {}, {}
+    for name, model in (("eager", original), ("fused", fused)):
+        runs[name] = _run(model, x, True, grad_output_seed)
+        mask = (conv32[name] > 0).double()
+        ref_model = copy.deepcopy(original).double()
+        conv, gn = ref_model.conv_transpose, ref_model.group_norm
+        x64 = x.detach().double().requires_grad_(True)
+        out = F.group_norm(conv(x64) * mask, gn.num_groups, gn.weight, gn.bias, gn.eps)
+        out.backward(g)
+        reference_runs[name] = {"grad input": x64.grad}
+        for pname, p in ref_model.named_parameters():
+            reference_runs[name][f"grad {pname}"] = p.grad
+    gradients = {}
+    for what, eager_ref in reference_runs["eager"].items():
+        e, f = runs["eager"][what], runs["fused"][what]
+        gradients[what] = ErrorReport(
+            eager_error=relative_l2_error(e, eager_ref),
+            fused_error=relative_l2_error(f, reference_runs["fused"][what]),
+            max_abs_diff=(f.double() - e.double()).abs().max().item() if e.numel() else 0.0,
+            allclose_1e5=bool(torch.allclose(f, e, atol=1e-5, rtol=1e-5)),
+        )
+    return ReluMaskReport(
+        conv_error={k: relative_l2_error(v, conv64) for k, v in conv32.items()},
+        flips={k: int(((v > 0) != (conv64 > 0)).sum()) for k, v in conv32.items()},
+        gradients=gradients,
+    )

@@ -110,6 +110,71 @@ def test_values_and_gradients_vs_float64(case, layout):
     check_against_reference("conv_transpose3d_relu_group_norm", args)
 
 
+def _conv_output_positions(args):
+    x, w, _, stride, padding, output_padding, _, dilation = args[:8]
+    sizes = [
+        (i - 1) * s - 2 * p + d * (k - 1) + op + 1
+        for i, s, p, d, k, op in zip(
+            x.shape[2:], stride, padding, dilation, w.shape[2:], output_padding
+        )
+    ]
+    return sizes[0] * sizes[1] * sizes[2]
+
+
+def _emits_relu_moments(args):
+    """Whether the inference forward's convolution computes the GroupNorm's statistics in its
+    epilogue (conv_stage.cpp, conv_emits_relu_moments): the wgmma kernel, at least 128 output
+    positions per sample (a block's 128 rows then hold at most two samples)."""
+    return fused_ops.split_tf32_conv_kernel() == "wgmma" and _conv_output_positions(args) >= 128
+
+
+# The inference forward (no autograd): the conv output stays NDHWC; where _emits_relu_moments,
+# the GroupNorm takes its statistics from the convolution ("+relu_moments"). Row tiles of 128
+# positions straddle samples where the positions per sample are not a multiple of 128.
+INFERENCE_CASES = {
+    "straddling_n3": ((3, 8, 5, 6, 7), 16, 3, 4, {}),  # 504 positions per sample
+    "whole_tiles": ((2, 8, 6, 6, 6), 16, 3, 8, {}),  # 512 = 4 tiles per sample
+    "exactly_128": ((3, 4, 2, 2, 6), 8, 3, 2, {}),  # 4 x 4 x 8 = 128: a tile per sample
+    "below_128": ((2, 8, 2, 2, 2), 16, 3, 4, {}),  # 64: the GroupNorm's own statistics
+    "wide": CASES["wide"],  # 128 channels: one 128 x 128 tile's columns
+    "c36_c200": CASES["c36_c200"],  # two channel tiles, the second partly padding
+    "k312_dilated_n5": ((5, 12, 5, 6, 5), 8, (3, 1, 2), 2, dict(padding=(1, 0, 1), dilation=2)),
+    "no_bias_n4": ((4, 16, 4, 5, 6), 32, 3, 8, dict(conv_bias=False)),  # 336 positions
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("case", list(INFERENCE_CASES))
+def test_inference_forward_vs_float64(case, layout):
+    shape, c_out, k, groups, kw = INFERENCE_CASES[case]
+    torch.manual_seed(hash((case, layout, "inference")) % 2**31)
+    args = conv_transpose_args(shape, c_out, k, groups, device="cuda", requires_grad=False, **kw)
+    args[0] = LAYOUTS[layout](args[0]).detach()
+    _draw_away_from_relu_kinks(args)
+    conv = "transposed_as_forward_split_tf32" + (
+        "+relu_moments" if _emits_relu_moments(args) else ""
+    )
+    assert _path(args) == conv + " -> relu_group_norm_channels_last"
+    out = check_against_reference("conv_transpose3d_relu_group_norm", args, backward=False)
+    # Deterministic: the statistics' sums have a fixed order.
+    assert torch.equal(torch.ops.fused.conv_transpose3d_relu_group_norm(*args), out)
+
+
+def test_inference_forward_keeps_nan():
+    """A NaN in x reaches the statistics of its sample (every output of that sample NaN), and
+    only those, as in eager."""
+    torch.manual_seed(5)
+    args = conv_transpose_args((3, 8, 5, 6, 7), 16, 3, 4, device="cuda", requires_grad=False)
+    args[0][1, 2, 3, 4, 5] = float("nan")
+    out = torch.ops.fused.conv_transpose3d_relu_group_norm(*args)
+    ref = torch.nn.functional.group_norm(
+        torch.relu(torch.nn.functional.conv_transpose3d(args[0], args[1], args[2])), 4, args[9],
+        args[10], 1e-5,
+    )  # fmt: skip
+    assert torch.equal(out.isnan(), ref.isnan())
+    assert out[1].isnan().all() and not out[0].isnan().any() and not out[2].isnan().any()
+
+
 def test_matches_eager_module():
     """The drop-in contract with TF32 off: within atol = rtol = 1e-5 of eager's modules."""
     torch.manual_seed(0)

@@ -79,11 +79,17 @@ DTYPES = {
 ERROR_FLOOR = {torch.float32: 2e-7, torch.float64: 1e-10, torch.float16: 1e-3, torch.bfloat16: 8e-3}
 
 
-def _compare(case, device, dtype, mode, dist, grad):
+def _models_and_input(case, device, dtype, mode, dist):
+    """(original, drop-in, x) under the mode's flags."""
     cls_name, init, shape = case
     original, fused = drop_in_pair(cls_name, init, device, dtype)
     x = (torch.rand if dist == "rand" else torch.randn)(shape, device=device).to(dtype)
     torch.backends.cudnn.allow_tf32 = MODES[mode]
+    return original, fused, x
+
+
+def _compare(case, device, dtype, mode, dist, grad):
+    original, fused, x = _models_and_input(case, device, dtype, mode, dist)
     return testing.compare_with_original(original, fused, x, grad=grad)
 
 
@@ -175,16 +181,39 @@ def test_headline_contract(name, mode, grad):
     """The headline sizes on the GPU, torch.rand input, float32: forward and every gradient
     within 2x eager's error against float64; Conv3dGroupNormMean's output allclose to eager
     at 1e-5 in both modes (ConvTranspose3dReLUGroupNorm's with TF32 off: test_modules.py).
-    Without autograd ("inference") the operators may take other kernels (the one-pass ones)."""
-    report = _compare(HEADLINE[name], "cuda", torch.float32, mode, "rand", grad=grad)
-    # ConvTranspose3d's input and weight gradients are cuDNN's backward convolutions, as
-    # eager's (fused-ops' own backward kernels are still to come).
-    cudnn_backward = (
-        ("grad input", "grad conv_transpose.weight")
-        if name == "ConvTranspose3dReLUGroupNorm"
-        else ()
-    )
+    Without autograd ("inference") the operators may take other kernels (the one-pass ones).
+
+    ConvTranspose3dReLUGroupNorm's input and conv-weight gradients pass through ReLU's mask,
+    which a few conv outputs within float32 rounding of zero take differently from float64
+    (in eager and fused alike; how many is luck: seen 1 to 6 at this size): those few
+    elements dominate their error against plain float64. So they are held to 2x eager's error
+    against float64 arithmetic on each run's own mask, and the convolution output (whose
+    error sets how many flip) to 2x eager's (testing.compare_relu_gradients_on_own_masks)."""
+    case = HEADLINE[name]
+    relu_masked = ("grad input", "grad conv_transpose.weight")
+    masks = None
+    if name == "ConvTranspose3dReLUGroupNorm" and grad:
+        original, fused, x = _models_and_input(case, "cuda", torch.float32, mode, "rand")
+        masks = testing.compare_relu_gradients_on_own_masks(original, fused, x)
+        del original, fused, x
+    report = _compare(case, "cuda", torch.float32, mode, "rand", grad=grad)
+    # With TF32 allowed, both gradients are TF32 convolutions, eager's cuDNN's, whose
+    # algorithm (and error) cuDNN picks by the free workspace memory (_ratio_failures).
+    cudnn_backward = relu_masked if masks is not None and mode == "default" else ()
+    if masks is not None:
+        for what in relu_masked:
+            plain = report[what]
+            print(
+                f"{what} against plain float64 (ReLU flips included): fused "
+                f"{plain.fused_error:.3e}, eager {plain.eager_error:.3e}"
+            )
+            report[what] = masks.gradients[what]
+        print(f"ReLU flips: {masks.flips}; conv output errors: {masks.conv_error}")
     failures = _ratio_failures(report, torch.float32, cudnn_backward)
+    if masks is not None:
+        bound = 2.0 * masks.conv_error["eager"] + ERROR_FLOOR[torch.float32]
+        if not masks.conv_error["fused"] <= bound:
+            failures.append(f"conv output error {masks.conv_error} above 2x eager's")
     if name == "Conv3dGroupNormMean" and not report["output"].allclose_1e5:
         failures.append(
             f"output not allclose to eager: max |diff| {report['output'].max_abs_diff:.3e}"
@@ -251,11 +280,14 @@ def test_dispatch_path_cuda(mode):
         == ("transposed_as_forward" if tf32 else "transposed_as_forward_split_tf32")
         + " -> relu_group_norm"
     )
-    # Without autograd their float32 conv output stays NDHWC, and the GroupNorm reads it so.
+    # Without autograd their float32 conv output stays NDHWC, and the GroupNorm reads it so;
+    # on the wgmma kernel the convolution computes the GroupNorm's statistics too (504 output
+    # positions per sample: at least 128).
+    moments = "+relu_moments" if fused_ops.split_tf32_conv_kernel() == "wgmma" else ""
     with torch.no_grad():
         assert (
             _path("conv_transpose3d_relu_group_norm", k3, mode)
-            == ("transposed_as_forward" if tf32 else "transposed_as_forward_split_tf32")
+            == ("transposed_as_forward" if tf32 else "transposed_as_forward_split_tf32" + moments)
             + " -> relu_group_norm_channels_last"
         )
     k2 = conv_transpose_args((1, 6, 5, 3, 7), 12, 2, 3, device="cuda")

@@ -336,9 +336,16 @@ class Case:
     def inference_path(self) -> str:
         """The path without autograd: the float32 CUDA rewrites of a transposed convolution
         leave their output NDHWC, which the GroupNorm reads in place (conv_stage.cpp,
-        ConvOutputLayout::kAsComputed)."""
+        ConvOutputLayout::kAsComputed); on the wgmma kernel the split-TF32 one computes the
+        GroupNorm's statistics too (conv_emits_relu_moments: the shapes here have 216 output
+        positions per sample, at least 128)."""
         conv = self.path.split(" -> ")[0]
         if self.op == CT and self.dtype == F32 and conv.startswith("transposed_as_forward"):
+            if (
+                conv == "transposed_as_forward_split_tf32"
+                and fused_ops.split_tf32_conv_kernel() == "wgmma"
+            ):
+                conv += "+relu_moments"
             return conv + " -> relu_group_norm_channels_last"
         return self.path
 

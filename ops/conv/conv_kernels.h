@@ -5,6 +5,7 @@
 
 #include "common/host_device.h"
 #include "common/kernel_types.h"
+#include "norm/group_norm_math.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -252,6 +253,10 @@ struct Conv3dChannelsLastParams {
   const float* weight;
   const float* bias;
   float* y;
+  // Optional (null: none; only where forward_relu_moments_supported): per (n, c_out) the
+  // moments (mean, M2) of relu(y) over the sample's positions, [N][C_out], computed from the
+  // convolution's registers: what a ReLU -> GroupNorm of y needs, without reading y back.
+  norm::Moments* relu_channel_moments;
 };
 
 // The weight gradient of that convolution: x (N, D, H, W, C_in) and grad_y (N, Do, Ho, Wo,
@@ -297,6 +302,9 @@ struct SplitTf32Conv3dCudaKernel {
   // more than 32 taps along D, H and W together) or "mma_sync" (CUTLASS's sm80 kernel).
   const char* (*forward_kernel)();
   CudaKernel<Conv3dChannelsLastParams> forward;
+  // Whether forward fills relu_channel_moments for this shape on the current device (the
+  // wgmma kernel, Do * Ho * Wo >= 128).
+  bool (*forward_relu_moments_supported)(const Conv3dShape&);
   CudaKernel<Conv3dWeightGradChannelsLastParams> weight_grad;
   // The weight gradient on Hopper's wgmma (split_tf32_wgmma_wgrad.cuh), x NCDHW: whether it
   // takes the shape on the current device (sm_90, stride 1, kW <= 3, W a multiple of 4, ...),

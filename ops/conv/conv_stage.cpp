@@ -56,6 +56,7 @@
 #include "common/run_kernel.h"
 #include "common/tensor_utils.h"
 #include "conv/conv_kernels.h"
+#include "norm/norm_kernels.h"
 
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
@@ -222,9 +223,25 @@ at::Tensor float_cuda_in_format(const at::Tensor& t, at::MemoryFormat format) {
   return t.contiguous(format);
 }
 
+// Whether transposed_as_forward_split_tf32 can compute the moments of relu(y) with y.
+bool split_tf32_emits_relu_moments(const at::Tensor& input, const at::Tensor& weight,
+                                   const Conv3dParams& p) {
+#ifdef FUSED_OPS_WITH_CUTLASS
+  // (and where the GroupNorm reads the output in place: the kernel that takes the moments)
+  const Conv3dShape s = split_tf32_params_of_transposed(input, weight, p).conv;
+  return norm::channels_last_norm_cuda_supported(s.C_out, sizeof(float)) &&
+         split_tf32_conv3d_cuda.forward_relu_moments_supported(s);
+#else
+  return false;
+#endif
+}
+
+// With relu_channel_moments (where split_tf32_emits_relu_moments): also the moments of relu(y)
+// per (n, c), float64 (N, C_out, 2), from the kernel's epilogue.
 at::Tensor transposed_as_forward_split_tf32(const at::Tensor& input, const at::Tensor& weight,
                                             const c10::optional<at::Tensor>& bias,
-                                            const Conv3dParams& p) {
+                                            const Conv3dParams& p,
+                                            at::Tensor* relu_channel_moments) {
 #ifdef FUSED_OPS_WITH_CUTLASS
   auto params = split_tf32_params_of_transposed(input, weight, p);
   const Conv3dShape& s = params.conv;
@@ -240,6 +257,11 @@ at::Tensor transposed_as_forward_split_tf32(const at::Tensor& input, const at::T
   params.weight = w.const_data_ptr<float>();
   params.bias = b.const_data_ptr<float>();
   params.y = y.mutable_data_ptr<float>();
+  if (relu_channel_moments != nullptr) {
+    *relu_channel_moments = at::empty({s.N, s.C_out, 2}, input.options().dtype(at::kDouble));
+    params.relu_channel_moments =
+        static_cast<norm::Moments*>(relu_channel_moments->mutable_data_ptr());
+  }
   run_cuda_kernel("fused::conv_transpose3d_relu_group_norm (split-TF32 convolution)", input, params,
                   split_tf32_conv3d_cuda.forward);
   return y;  // NDHWC: run_conv3d changes it to the layout its caller wants
@@ -496,9 +518,20 @@ bool conv_output_is_channels_last(const at::Tensor& input, const at::Tensor& wei
   return computes_channels_last(input, select_conv_path(input, weight, p, consumer));
 }
 
+bool conv_emits_relu_moments(const at::Tensor& input, const at::Tensor& weight,
+                             const Conv3dParams& p, ConvConsumer consumer) {
+  if (!input.is_cuda() ||
+      select_conv_path(input, weight, p, consumer) != ConvPath::kTransposedAsForwardSplitTf32) {
+    return false;
+  }
+  const c10::DeviceGuard device_guard(input.device());  // (the kernel's checks ask the device)
+  return split_tf32_emits_relu_moments(input, weight, p);
+}
+
 at::Tensor run_conv3d(const at::Tensor& unaligned_input, const at::Tensor& unaligned_weight,
                       const c10::optional<at::Tensor>& bias, const Conv3dParams& p,
-                      ConvConsumer consumer, ConvOutputLayout layout) {
+                      ConvConsumer consumer, ConvOutputLayout layout,
+                      at::Tensor* relu_channel_moments) {
   const bool cuda = unaligned_input.is_cuda();
   // The path's checks ask the current device (compute capability, SMs, shared memory): make it
   // the input's.
@@ -530,9 +563,14 @@ at::Tensor run_conv3d(const at::Tensor& unaligned_input, const at::Tensor& unali
                       : input,
           weight, bias, p);
       break;
-    case ConvPath::kTransposedAsForwardSplitTf32:
-      output = transposed_as_forward_split_tf32(input, weight, bias, p);  // NDHWC
+    case ConvPath::kTransposedAsForwardSplitTf32: {
+      const bool moments = relu_channel_moments != nullptr && as_computed &&
+                           consumer == ConvConsumer::kReluGroupNorm &&
+                           split_tf32_emits_relu_moments(input, weight, p);
+      output = transposed_as_forward_split_tf32(input, weight, bias, p,
+                                                moments ? relu_channel_moments : nullptr);  // NDHWC
       break;
+    }
     case ConvPath::kAten:
       output = at::convolution(input, weight, bias, p.stride, p.padding, p.dilation, p.transposed,
                                p.output_padding, p.groups);

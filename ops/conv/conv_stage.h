@@ -64,11 +64,21 @@ enum class ConvOutputLayout {
 // Runs the (transposed or forward) 3-d convolution described by `params`, for `consumer`.
 // Arguments must already have passed check_conv3d_args. The result has the value of
 // torch.nn.functional.conv3d / conv_transpose3d, in the memory format `layout` says; its
-// rounding follows the policy of conv_stage.cpp.
+// rounding follows the policy of conv_stage.cpp. With relu_channel_moments (kReluGroupNorm
+// and kAsComputed: an inference forward whose GroupNorm reads the output in place), where the
+// path computes them with the convolution (conv_emits_relu_moments), *relu_channel_moments is set
+// to the moments of relu(output) per (n, c), float64 (N, C_out, 2): mean and M2 over the
+// positions; else it is left undefined.
 at::Tensor run_conv3d(const at::Tensor& input, const at::Tensor& weight,
                       const c10::optional<at::Tensor>& bias, const Conv3dParams& params,
                       ConvConsumer consumer,
-                      ConvOutputLayout layout = ConvOutputLayout::kInputLayout);
+                      ConvOutputLayout layout = ConvOutputLayout::kInputLayout,
+                      at::Tensor* relu_channel_moments = nullptr);
+
+// Whether run_conv3d, asked for relu_channel_moments, computes them for these arguments: the
+// split-TF32 path on the wgmma kernel (sm_90) with at least 128 output positions per sample.
+bool conv_emits_relu_moments(const at::Tensor& input, const at::Tensor& weight,
+                             const Conv3dParams& params, ConvConsumer consumer);
 
 // Whether run_conv3d with ConvOutputLayout::kAsComputed returns channels_last_3d for these
 // arguments.

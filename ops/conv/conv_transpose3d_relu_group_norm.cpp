@@ -22,11 +22,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_with_conv_out
                                                  groups, /*transposed=*/true);
   const ConvGroupNormShapes shapes = check_conv_group_norm_args(
       kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
-  const at::Tensor conv_output = input.is_meta() ? empty_conv_output(input, shapes.conv_output)
-                                                 : run_conv3d(input, weight, conv_bias, params,
-                                                              ConvConsumer::kReluGroupNorm, layout);
+  // The GroupNorm's statistics, where the convolution computes them (conv_emits_relu_moments:
+  // the inference forward on the split-TF32 wgmma kernel): its output is then read once.
+  at::Tensor relu_channel_moments;
+  const at::Tensor conv_output =
+      input.is_meta() ? empty_conv_output(input, shapes.conv_output)
+                      : run_conv3d(input, weight, conv_bias, params, ConvConsumer::kReluGroupNorm,
+                                   layout, &relu_channel_moments);
   auto [output, mean, rstd] = norm::relu_group_norm_forward_prechecked(
-      conv_output, shapes.group_norm, gn_weight, gn_bias, eps);
+      conv_output, shapes.group_norm, gn_weight, gn_bias, eps, relu_channel_moments);
   return {output, conv_output, mean, rstd};
 }
 
@@ -84,9 +88,14 @@ std::string conv_transpose3d_relu_group_norm_path(
       shapes.conv_output, input.options().device(at::kMeta).memory_format(
                               conv_output_channels_last ? at::MemoryFormat::ChannelsLast3d
                                                         : input.suggest_memory_format()));
+  // "+relu_moments": the convolution computes the GroupNorm's statistics too (run_conv3d).
+  const bool conv_moments =
+      conv_output_channels_last &&
+      conv_emits_relu_moments(input, weight, params, ConvConsumer::kReluGroupNorm);
   return std::string(conv_path_name(
              select_conv_path(input, weight, params, ConvConsumer::kReluGroupNorm))) +
-         " -> " + norm::relu_group_norm_kernel_name(conv_output, input.device());
+         (conv_moments ? "+relu_moments" : "") + " -> " +
+         norm::relu_group_norm_kernel_name(conv_output, input.device());
 }
 
 at::Tensor conv_transpose3d_relu_group_norm(const at::Tensor& input, const at::Tensor& weight,

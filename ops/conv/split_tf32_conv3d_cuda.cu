@@ -42,13 +42,17 @@ bool split_tf32_supported(const conv::Conv3dShape& s) {
 }
 
 size_t forward_workspace_bytes(const conv::Conv3dChannelsLastParams& p) {
-  return wgmma_conv_supported(p.conv) ? wgmma_conv_workspace_bytes(p.conv) : 0;
+  return wgmma_conv_supported(p.conv) ? wgmma_conv_workspace_bytes(p) : 0;
 }
 
 int forward_launch(const conv::Conv3dChannelsLastParams& p, void* workspace, void* stream) {
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   if (wgmma_conv_supported(p.conv)) {
     return static_cast<int>(wgmma_conv_launch(p, workspace, cuda_stream));
+  }
+  if (p.relu_channel_moments != nullptr) {
+    return static_cast<int>(
+        cudaErrorInvalidValue);  // (the host asks forward_relu_moments_supported)
   }
   return static_cast<int>(narrow(p.conv) ? split_tf32_narrow_fprop_launch(p, cuda_stream)
                                          : Fprop::launch(p, cuda_stream));
@@ -90,6 +94,7 @@ const SplitTf32Conv3dCudaKernel split_tf32_conv3d_cuda{
     gpu::split_tf32_supported,
     gpu::forward_kernel_name,
     {gpu::forward_workspace_bytes, gpu::forward_launch},
+    gpu::wgmma_conv_relu_moments_supported,
     {gpu::weight_grad_workspace_bytes, gpu::weight_grad_launch},
     gpu::wgmma_wgrad_supported,
     {gpu::weight_grad_ncdhw_input_workspace_bytes, gpu::weight_grad_ncdhw_input_launch}};

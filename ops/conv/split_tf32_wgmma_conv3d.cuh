@@ -52,7 +52,15 @@
 // (which needs few) to the consumers (setmaxnreg).
 //
 // Epilogue: y = acc + bias[k], float2 stores straight from the accumulators (each row's
-// stores fill whole 32-byte sectors).
+// stores fill whole 32-byte sectors). Optionally (tile_moments set: the ReLU -> GroupNorm
+// consumer's statistics, so that no pass reads y back for them), the block's per-channel
+// moments of relu(y) over its rows of each sample they hold: per warp and column, sums of
+// v - shift and of its squares (the shift a value of the column: no E[v^2] - mean^2
+// cancellation) reduced over the warp's rows by shuffles, then the 8 consumer warps' moments
+// combined through shared memory in a fixed order; relu_moments_of_tiles_kernel combines the
+// blocks per (sample, channel) (in double). Rows are consecutive output positions, so a block
+// holds one sample's rows, or two where it straddles a boundary (the host asks for the moments
+// only where a sample has at least kBM rows: wgmma_conv_relu_moments_supported).
 #pragma once
 
 #include "conv/conv_kernels.h"
@@ -89,6 +97,11 @@ struct WgmmaConvParams {
   const float* w_lo;
   const float* bias;  // C_out
   float* y;
+  // Optional, null for none: per (block row tile, segment 0/1, channel) the (mean, M2) of
+  // relu(y) over the tile's rows of its first / second sample, [ceil(M / 128)][2][C_out]
+  // (segment 1 written only by tiles that straddle samples). Needs spatial >= 128.
+  float2* tile_moments;
+  int64_t spatial;  // Do * Ho * Wo: rows per sample
 };
 
 constexpr int kWgmmaConvBK = 32;          // input channels per K block: one 128-byte row
@@ -280,6 +293,122 @@ struct StageRing {
     mbarrier_arrive(smem_u32(&empty[kb % kStages]));
   }
 };
+
+// Named barrier 1 over the two consumer warpgroups (the producer warpgroup has exited).
+__device__ __forceinline__ void consumer_barrier() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
+// Each of the thread's kCols column values summed over the 8 lanes of the warp that hold the
+// same columns (lane bits 2..4, the accumulator rows g), by a reduce-scatter (3 steps, each
+// sending half of what is left): afterwards v[i], i < kCols / 8, is the warp's sum of the
+// thread's column i + (kCols / 8) * g. Each sum has one fixed order.
+// (One step: the lanes `kMask` apart swap halves of v[0, 2 kHalf); compile-time bounds keep v
+// in registers.)
+template <int kHalf, int kMask, int kCols>
+__device__ __forceinline__ void exchange_half_columns(float (&v)[kCols], int lane) {
+  const bool upper = (lane & kMask) != 0;
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) {
+    const float send = upper ? v[i] : v[i + kHalf];
+    const float keep = upper ? v[i + kHalf] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kMask);
+  }
+}
+template <int kCols>
+__device__ __forceinline__ void sum_columns_over_warp_rows(float (&v)[kCols], int lane) {
+  static_assert(kCols % 8 == 0, "three halvings");
+  exchange_half_columns<kCols / 2, 16>(v, lane);
+  exchange_half_columns<kCols / 4, 8>(v, lane);
+  exchange_half_columns<kCols / 8, 4>(v, lane);
+}
+
+// Per-warp moments of one column: shifted sums of its rows, and the shift.
+struct WarpColumnSums {
+  float shift, sum, sum_sq;  // sum of (v - shift) and of its squares
+};
+
+// The block's moments of relu(y) (see "Epilogue" above). `v` holds the accumulators turned
+// into relu(y) (accumulator i: the thread's rows g and g + 8 of its warp's 16, by (i / 2) % 2;
+// tile column 8 * (i / 4) + 2 * t + i % 2); consumer_tid in [0, 256). Per segment, each warp
+// sums its rows' v - shift per column, and the squares (shift: the column's v in the warp's
+// first row, a value of the data: no cancellation), reduce-scattered over its lanes; after
+// one barrier, thread c (< kBN) turns the 8 warps' sums into moments and combines them in warp
+// order (Chan et al., float32), writing (mean, M2) to p.tile_moments.
+template <int kBN, int kBM>
+__device__ __forceinline__ void store_tile_relu_moments(const WgmmaConvParams& p,
+                                                        const float (&v)[kBN / 2], int64_t m0,
+                                                        int n0, int consumer_tid,
+                                                        WarpColumnSums (*warp_sums)[kBN]) {
+  constexpr int kCols = kBN / 4;  // the thread's columns: L = 2 * j + e -> 8 j + 2 t + e
+  const int lane = consumer_tid & 31, warp = consumer_tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  // Rows: consumer warp w holds block rows 16 w .. 16 w + 15.
+  const int64_t warp_row0 = m0 + 16 * warp;
+  const int64_t rows_end = min(m0 + kBM, p.M);
+  const int64_t boundary = (m0 / p.spatial + 1) * p.spatial;  // the next sample's first row
+  const int segments = boundary < rows_end ? 2 : 1;
+  // The shifts: the warp's row 0 (lane t's first row), inside M wherever any row of the warp is.
+  float shift[kCols];
+#pragma unroll
+  for (int L = 0; L < kCols; ++L) {
+    shift[L] = __shfl_sync(0xffffffffu, v[4 * (L / 2) + L % 2], t);
+  }
+  for (int segment = 0; segment < segments; ++segment) {
+    const int64_t lo = segment == 0 ? m0 : boundary;
+    const int64_t hi = segment == 0 ? min(boundary, rows_end) : rows_end;
+    const bool inside_g = warp_row0 + g >= lo && warp_row0 + g < hi;
+    const bool inside_g8 = warp_row0 + g + 8 >= lo && warp_row0 + g + 8 < hi;
+    float s1[kCols], s2[kCols];
+#pragma unroll
+    for (int L = 0; L < kCols; ++L) {
+      const int i = 4 * (L / 2) + L % 2;
+      const float d0 = inside_g ? v[i] - shift[L] : 0.f;
+      const float d1 = inside_g8 ? v[i + 2] - shift[L] : 0.f;
+      s1[L] = d0 + d1;
+      s2[L] = d0 * d0 + d1 * d1;
+    }
+    sum_columns_over_warp_rows(s1, lane);
+    sum_columns_over_warp_rows(s2, lane);
+#pragma unroll
+    for (int i = 0; i < kCols / 8; ++i) {
+      const int L = i + (kCols / 8) * g;
+      warp_sums[warp][8 * (L / 2) + 2 * t + L % 2].sum = s1[i];
+      warp_sums[warp][8 * (L / 2) + 2 * t + L % 2].sum_sq = s2[i];
+    }
+    if (g == 0) {  // (the lanes of row 0, whose values the shifts are: static register indices)
+#pragma unroll
+      for (int L = 0; L < kCols; ++L) {
+        warp_sums[warp][8 * (L / 2) + 2 * t + L % 2].shift = shift[L];
+      }
+    }
+    consumer_barrier();
+    if (consumer_tid < kBN && n0 + consumer_tid < p.C_out) {
+      float count = 0.f, mean = 0.f, m2 = 0.f;
+#pragma unroll
+      for (int w = 0; w < 8; ++w) {
+        const int64_t row0 = m0 + 16 * w;
+        const int64_t rows = min(hi, row0 + 16) - max(lo, row0);
+        if (rows > 0) {
+          const WarpColumnSums ws = warp_sums[w][consumer_tid];
+          const float n_w = static_cast<float>(rows);
+          const float mean_w = ws.shift + ws.sum / n_w;
+          const float m2_w = fmaxf(ws.sum_sq - ws.sum * (ws.sum / n_w), 0.f);
+          const float total = count + n_w;
+          const float delta = mean_w - mean;
+          mean += delta * (n_w / total);
+          m2 += m2_w + delta * delta * (count * n_w / total);
+          count = total;
+        }
+      }
+      p.tile_moments[(blockIdx.x * int64_t{2} + segment) * p.C_out + n0 + consumer_tid] =
+          make_float2(mean, m2);
+    }
+    if (segment + 1 < segments) {
+      consumer_barrier();  // warp_sums is free again
+    }
+  }
+}
 
 #endif  // FUSED_OPS_WGMMA_ENABLED
 
@@ -484,7 +613,16 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   }
 
   // Epilogue. Accumulator i of the m64 x kBN tile: row g + 8 * ((i / 2) % 2), column
-  // 8 * (i / 4) + 2 * t + i % 2.
+  // 8 * (i / 4) + 2 * t + i % 2. acc becomes y = acc + bias (columns past C_out keep acc: 0,
+  // the weights' padding).
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+    const int col = n0 + 8 * j + 2 * t;
+    if (col < p.C_out) {  // C_out is even: both columns or neither
+      const float2 b = *reinterpret_cast<const float2*>(p.bias + col);
+      acc[4 * j] += b.x, acc[4 * j + 1] += b.y, acc[4 * j + 2] += b.x, acc[4 * j + 3] += b.y;
+    }
+  }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t m = m0 + frag_row0 + 8 * half;
@@ -495,12 +633,19 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
       const int col = n0 + 8 * j + 2 * t;
-      if (col < p.C_out) {  // C_out is even: both columns or neither
-        const float2 b = *reinterpret_cast<const float2*>(p.bias + col);
+      if (col < p.C_out) {
         *reinterpret_cast<float2*>(y_row + col) =
-            make_float2(acc[4 * j + 2 * half] + b.x, acc[4 * j + 2 * half + 1] + b.y);
+            make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
       }
     }
+  }
+  if (p.tile_moments != nullptr) {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+      acc[i] = acc[i] < 0.f ? 0.f : acc[i];  // relu(y) as stored (NaN kept)
+    }
+    __shared__ WarpColumnSums warp_sums[8][kBN];
+    store_tile_relu_moments<kBN, kBM>(p, acc, m0, n0, tid - 128, warp_sums);
   }
 #else
   __trap();  // built without sm_90a code: the host never launches it (wgmma_conv_available)
@@ -529,14 +674,20 @@ cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_
 bool wgmma_conv_available();
 // Whether it takes this shape on the current device.
 bool wgmma_conv_supported(const conv::Conv3dShape& s);
-// The weights' split (two padded TF32 arrays), in bytes.
-size_t wgmma_conv_workspace_bytes(const conv::Conv3dShape& s);
+// Whether it also computes the ReLU -> GroupNorm statistics (Conv3dChannelsLastParams::
+// relu_channel_moments) for this shape: where it takes the shape and a block's 128 rows hold
+// at most two samples (Do * Ho * Wo >= 128).
+bool wgmma_conv_relu_moments_supported(const conv::Conv3dShape& s);
+// The weights' split (two padded TF32 arrays), and the blocks' moments where asked for, in
+// bytes.
+size_t wgmma_conv_workspace_bytes(const conv::Conv3dChannelsLastParams& p);
 // The kernel's parameters for `p` (the split weights in `workspace`), and the weights' split
 // into it, enqueued on `stream`.
 WgmmaConvParams wgmma_conv_params(const conv::Conv3dChannelsLastParams& p, void* workspace);
 cudaError_t split_tf32_weights(const conv::Conv3dChannelsLastParams& p, const WgmmaConvParams& wp,
                                cudaStream_t stream);
-// Splits the weights into `workspace`, then runs the convolution on `stream`.
+// Splits the weights into `workspace`, then runs the convolution on `stream` (and, with
+// p.relu_channel_moments, relu_moments_of_tiles_kernel after it).
 cudaError_t wgmma_conv_launch(const conv::Conv3dChannelsLastParams& p, void* workspace,
                               cudaStream_t stream);
 

@@ -12,6 +12,7 @@
 
 #include "common/group_norm_shape.h"
 #include "common/kernel_types.h"
+#include "norm/group_norm_math.h"
 
 #include <cstdint>
 
@@ -32,6 +33,10 @@ struct ReluGroupNormForwardParams {
   void* y;
   void* mean;
   void* rstd;
+  // Optional (channels_last CUDA only; null: computed here): per (n, c) the moments of relu(x)
+  // over the HxW positions, [N][C], computed already (by the convolution that wrote x, which
+  // then need not be read twice).
+  const Moments* channel_moments;
 };
 
 // relu_group_norm backward. x is the pre-ReLU input of the forward, dy the gradient of y;

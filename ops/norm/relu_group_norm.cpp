@@ -30,7 +30,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward(
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_prechecked(
     const at::Tensor& input, const SymGroupNormShape& s, const c10::optional<at::Tensor>& weight,
-    const c10::optional<at::Tensor>& bias, double eps) {
+    const c10::optional<at::Tensor>& bias, double eps, const at::Tensor& channel_moments) {
   at::Tensor y = empty_output_like(input);
   at::Tensor mean = empty_stats(input, s.N, s.G);
   at::Tensor rstd = empty_stats(input, s.N, s.G);
@@ -42,16 +42,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_prechecke
   const at::Tensor x = channels_last ? input : input.contiguous();
   const at::Tensor w = contiguous_or_undefined(weight);
   const at::Tensor b = contiguous_or_undefined(bias);
-  const ReluGroupNormForwardParams params{scalar_kind(x.scalar_type()),
-                                          concrete(s),
-                                          eps,
-                                          channels_last,
-                                          x.const_data_ptr(),
-                                          data_or_null(w),
-                                          data_or_null(b),
-                                          y.mutable_data_ptr(),
-                                          mean.mutable_data_ptr(),
-                                          rstd.mutable_data_ptr()};
+  // The moments given serve the channels-last CUDA kernel only (the conv stage gives them
+  // where that one runs: conv_emits_relu_moments).
+  const bool given_moments = channel_moments.defined() && channels_last && input.is_cuda();
+  if (given_moments) {
+    TORCH_INTERNAL_ASSERT(channel_moments.is_contiguous() &&
+                          channel_moments.scalar_type() == at::kDouble &&
+                          channel_moments.numel() == 2 * input.size(0) * input.size(1));
+  }
+  const ReluGroupNormForwardParams params{
+      scalar_kind(x.scalar_type()),
+      concrete(s),
+      eps,
+      channels_last,
+      x.const_data_ptr(),
+      data_or_null(w),
+      data_or_null(b),
+      y.mutable_data_ptr(),
+      mean.mutable_data_ptr(),
+      rstd.mutable_data_ptr(),
+      given_moments ? static_cast<const Moments*>(channel_moments.const_data_ptr()) : nullptr};
   run_kernel(kForwardName, x, params, kForwardKernels);
   return {y, mean, rstd};
 }

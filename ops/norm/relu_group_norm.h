@@ -29,10 +29,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward(
     const c10::optional<at::Tensor>& bias, double eps);
 
 // The same for arguments that the caller (a conv operator) has checked: `shape` is the
-// checked shape of `input`.
+// checked shape of `input`. `channel_moments`, if defined, holds the moments of relu(input)
+// per (n, c) already (float64 (N, C, 2): mean, M2; from the split-TF32 convolution that wrote
+// input), used where the channels-last CUDA kernel runs (ignored elsewhere).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_prechecked(
     const at::Tensor& input, const SymGroupNormShape& shape,
-    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps);
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps,
+    const at::Tensor& channel_moments = at::Tensor());
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,

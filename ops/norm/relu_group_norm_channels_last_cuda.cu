@@ -7,7 +7,8 @@
 //
 // 1. channels_last_partial_moments_kernel and channels_last_channel_moments_kernel, kRelu
 //    (channels_last_moments.cuh): per (sample, channel) moments of relu(x), from shifted sums
-//    in double.
+//    in double; or none where the caller has them (channel_moments: the split-TF32
+//    convolution's epilogue computes them as it writes x).
 // 2. relu_channels_last_stats_kernel: one block per sample combines each group's channel
 //    moments (group_norm_math.h: Chan et al.) into mean and rstd (saved), and writes each
 //    channel's (center, scale, shift) (centered_affine, as the (N, C, spatial) kernels do).
@@ -130,9 +131,16 @@ struct Workspace {
   size_t bytes;
 };
 
+// (Without the partial pairs and moments where the caller gives the moments.)
 template <typename acc_t>
-Workspace<acc_t> workspace_of(void* base, const Plan& plan, int64_t N, int64_t C) {
+Workspace<acc_t> workspace_of(void* base, const Plan& plan, int64_t N, int64_t C,
+                              bool given_moments) {
   Workspace<acc_t> ws{};
+  if (given_moments) {
+    ws.bytes = static_cast<size_t>(N * C) * sizeof(norm::CenteredAffine<acc_t>);
+    ws.affine = static_cast<norm::CenteredAffine<acc_t>*>(base);
+    return ws;
+  }
   const size_t moments_offset = plan.partial_bytes(N, C);
   const size_t affine_offset = moments_offset + static_cast<size_t>(N * C) * sizeof(norm::Moments);
   ws.bytes = affine_offset + static_cast<size_t>(N * C) * sizeof(norm::CenteredAffine<acc_t>);
@@ -152,21 +160,24 @@ cudaError_t launch(const norm::ReluGroupNormForwardParams& p, void* workspace,
   const int64_t N = p.sizes.N, C = p.sizes.C, G = p.sizes.G, spatial = p.sizes.HxW;
   const auto* x = static_cast<const scalar_t*>(p.x);
   const Plan plan = make_plan(C, spatial, sizeof(scalar_t));
-  const Workspace<acc_t> ws = workspace_of<acc_t>(workspace, plan, N, C);
+  const bool given_moments = p.channel_moments != nullptr;
+  const Workspace<acc_t> ws = workspace_of<acc_t>(workspace, plan, N, C, given_moments);
   const int64_t channel_tiles = ceil_div(C, kTileChannels);
   const int64_t position_tiles = ceil_div(spatial, kTilePositions);
   const int64_t map_blocks = N * channel_tiles * position_tiles;
   if (!grid_fits(N) || !grid_fits(map_blocks)) {
     return cudaErrorInvalidConfiguration;
   }
-  FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_channel_moments<scalar_t, /*kRelu=*/true>(
-      x, N, C, spatial, plan, ws.partial, ws.moments, stream)));
+  if (!given_moments) {
+    FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_channel_moments<scalar_t, /*kRelu=*/true>(
+        x, N, C, spatial, plan, ws.partial, ws.moments, stream)));
+  }
   const size_t stats_smem = static_cast<size_t>(G) * sizeof(MeanRstd);
   relu_channels_last_stats_kernel<scalar_t, acc_t>
       <<<static_cast<unsigned>(N), kFinalizeThreads, stats_smem, stream>>>(
-          ws.moments, static_cast<int>(C), static_cast<int>(G), spatial,
-          static_cast<const scalar_t*>(p.weight), static_cast<const scalar_t*>(p.bias), p.eps,
-          static_cast<acc_t*>(p.mean), static_cast<acc_t*>(p.rstd), ws.affine);
+          given_moments ? p.channel_moments : ws.moments, static_cast<int>(C), static_cast<int>(G),
+          spatial, static_cast<const scalar_t*>(p.weight), static_cast<const scalar_t*>(p.bias),
+          p.eps, static_cast<acc_t*>(p.mean), static_cast<acc_t*>(p.rstd), ws.affine);
   FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
   relu_affine_to_channels_first_kernel<scalar_t, acc_t>
       <<<static_cast<unsigned>(map_blocks), kThreads, 0, stream>>>(
@@ -184,7 +195,9 @@ size_t relu_group_norm_channels_last_workspace_bytes(const ReluGroupNormForwardP
       p.sizes.C, p.sizes.HxW, gpu::channels_last::element_size(p.dtype));
   return gpu::dispatch_cuda_scalar(p.dtype, [&](auto tag) {
     using acc_t = typename gpu::ScalarOps<decltype(tag)>::acc_t;
-    return gpu::workspace_of<acc_t>(nullptr, plan, p.sizes.N, p.sizes.C).bytes;
+    return gpu::workspace_of<acc_t>(nullptr, plan, p.sizes.N, p.sizes.C,
+                                    p.channel_moments != nullptr)
+        .bytes;
   });
 }
 
