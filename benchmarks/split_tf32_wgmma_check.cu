@@ -251,8 +251,6 @@ __global__ void reference_wgrad_kernel(conv::Conv3dShape s, const float* x, cons
   }
 }
 
-// The weight gradients (wgmma, x NCDHW; CUTLASS's sm80, x NDHWC) of the stride-1 problems,
-// against float64 on every element (at most 8192 sampled ones for the timed problems).
 // The "+moments" row (see the top of the file); returns non-zero on a failure.
 int check_relu_moments(const Problem& q, const Prepared& d, double flops) {
   const conv::Conv3dShape& s = d.s;
@@ -301,6 +299,8 @@ int check_relu_moments(const Problem& q, const Prepared& d, double flops) {
   return 0;
 }
 
+// The weight gradients (wgmma, x NCDHW; CUTLASS's sm80, x NDHWC) of the stride-1 problems,
+// against float64 on every element (at most 8192 sampled ones for the timed problems).
 int check_wgrad(const std::vector<Problem>& problems, std::mt19937& rng) {
   using Wgrad = gpu::SplitTf32Conv3dWgrad<gpu::SplitTf32WideTile>;
   int status = 0;

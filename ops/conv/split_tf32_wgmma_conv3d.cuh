@@ -118,6 +118,10 @@ struct WgmmaConvTile {
   static constexpr int kStageBytes = kABytes + 2 * kBBytes;
   // + 1 KB to align the ring to the 1024-byte swizzle atom
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
+  // Static shared memory besides: the epilogue's per-warp column sums (WarpColumnSums) and
+  // the ring's mbarriers.
+  static constexpr int kStaticSmemBytes =
+      8 * kBN * 3 * static_cast<int>(sizeof(float)) + 2 * kStages * 8;
   // Registers per thread after setmaxnreg (the block's 3 x 128 threads share 64 K): the
   // producer keeps 2 per activation row it copies (8 rows), the consumers their accumulators
   // and a K block's sums (kBN floats) and fragments (16 floats). (Two m64 tiles per
@@ -327,12 +331,14 @@ __device__ __forceinline__ void sum_columns_over_warp_rows(float (&v)[kCols], in
 struct WarpColumnSums {
   float shift, sum, sum_sq;  // sum of (v - shift) and of its squares
 };
+static_assert(sizeof(WarpColumnSums) == 3 * sizeof(float), "WgmmaConvTile::kStaticSmemBytes");
 
 // The block's moments of relu(y) (see "Epilogue" above). `v` holds the accumulators turned
 // into relu(y) (accumulator i: the thread's rows g and g + 8 of its warp's 16, by (i / 2) % 2;
 // tile column 8 * (i / 4) + 2 * t + i % 2); consumer_tid in [0, 256). Per segment, each warp
 // sums its rows' v - shift per column, and the squares (shift: the column's v in the warp's
-// first row, a value of the data: no cancellation), reduce-scattered over its lanes; after
+// first row of the segment, a value of the data: no cancellation), reduce-scattered over its
+// lanes; after
 // one barrier, thread c (< kBN) turns the 8 warps' sums into moments and combines them in warp
 // order (Chan et al., float32), writing (mean, M2) to p.tile_moments.
 template <int kBN, int kBM>
@@ -348,17 +354,22 @@ __device__ __forceinline__ void store_tile_relu_moments(const WgmmaConvParams& p
   const int64_t rows_end = min(m0 + kBM, p.M);
   const int64_t boundary = (m0 / p.spatial + 1) * p.spatial;  // the next sample's first row
   const int segments = boundary < rows_end ? 2 : 1;
-  // The shifts: the warp's row 0 (lane t's first row), inside M wherever any row of the warp is.
-  float shift[kCols];
-#pragma unroll
-  for (int L = 0; L < kCols; ++L) {
-    shift[L] = __shfl_sync(0xffffffffu, v[4 * (L / 2) + L % 2], t);
-  }
   for (int segment = 0; segment < segments; ++segment) {
     const int64_t lo = segment == 0 ? m0 : boundary;
     const int64_t hi = segment == 0 ? min(boundary, rows_end) : rows_end;
     const bool inside_g = warp_row0 + g >= lo && warp_row0 + g < hi;
     const bool inside_g8 = warp_row0 + g + 8 >= lo && warp_row0 + g + 8 < hi;
+    // The shifts: each column's value in the warp's first row of the segment (a row of the
+    // segment's own sample: a NaN or infinity of the other sample must not reach these sums;
+    // any row where the warp has none), from the lane holding it.
+    const int64_t lo_in_warp = lo - warp_row0;
+    const int first = lo_in_warp <= 0 ? 0 : lo_in_warp >= 15 ? 15 : static_cast<int>(lo_in_warp);
+    float shift[kCols];
+#pragma unroll
+    for (int L = 0; L < kCols; ++L) {
+      const int i = 4 * (L / 2) + L % 2;
+      shift[L] = __shfl_sync(0xffffffffu, first < 8 ? v[i] : v[i + 2], 4 * (first % 8) + t);
+    }
     float s1[kCols], s2[kCols];
 #pragma unroll
     for (int L = 0; L < kCols; ++L) {
@@ -376,7 +387,7 @@ __device__ __forceinline__ void store_tile_relu_moments(const WgmmaConvParams& p
       warp_sums[warp][8 * (L / 2) + 2 * t + L % 2].sum = s1[i];
       warp_sums[warp][8 * (L / 2) + 2 * t + L % 2].sum_sq = s2[i];
     }
-    if (g == 0) {  // (the lanes of row 0, whose values the shifts are: static register indices)
+    if (g == 0) {  // (any lanes of each t: static register indices)
 #pragma unroll
       for (int L = 0; L < kCols; ++L) {
         warp_sums[warp][8 * (L / 2) + 2 * t + L % 2].shift = shift[L];
@@ -393,7 +404,8 @@ __device__ __forceinline__ void store_tile_relu_moments(const WgmmaConvParams& p
           const WarpColumnSums ws = warp_sums[w][consumer_tid];
           const float n_w = static_cast<float>(rows);
           const float mean_w = ws.shift + ws.sum / n_w;
-          const float m2_w = fmaxf(ws.sum_sq - ws.sum * (ws.sum / n_w), 0.f);
+          const float m2_raw = ws.sum_sq - ws.sum * (ws.sum / n_w);
+          const float m2_w = m2_raw < 0.f ? 0.f : m2_raw;  // (NaN kept)
           const float total = count + n_w;
           const float delta = mean_w - mean;
           mean += delta * (n_w / total);

@@ -201,7 +201,9 @@ bool wgmma_conv_supported(const conv::Conv3dShape& s) {
   // int element offsets into the split weights too.
   return conv::split_tf32_conv3d_shape_supported(s) && s.kD + s.kH + s.kW <= kWgmmaConvMaxTapBits &&
          split_weight_elements(s) <= static_cast<size_t>(INT32_MAX) &&
-         static_cast<size_t>(narrow(s) ? NarrowTile::kSmemBytes : WideTile::kSmemBytes) <= smem &&
+         static_cast<size_t>(narrow(s)
+                                 ? NarrowTile::kSmemBytes + NarrowTile::kStaticSmemBytes
+                                 : WideTile::kSmemBytes + WideTile::kStaticSmemBytes) <= smem &&
          wgmma_conv_available();
 }
 
