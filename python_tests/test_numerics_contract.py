@@ -234,19 +234,21 @@ def _path(op, args, mode):
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_dispatch_path_cpu(mode):
-    """On the CPU every convolution is ATen's, as eager's (TF32 does not apply)."""
+    """On the CPU every convolution is ATen's (TF32 does not apply): eager's, except a float32
+    stride-1 transposed one, which runs as the forward convolution it equals (oneDNN's forward
+    kernels are faster: conv_stage.cpp)."""
     assert (
         _path("conv3d_group_norm_mean", conv3d_args((2, 3, 6, 7, 8), 24, 3, 8), mode)
         == "aten -> group_norm_mean"
     )
-    assert (
-        _path(
-            "conv_transpose3d_relu_group_norm",
-            conv_transpose_args((2, 8, 5, 6, 7), 16, 3, 4, conv_bias=False),
-            mode,
-        )
-        == "aten -> relu_group_norm"
+    k3 = conv_transpose_args((2, 8, 5, 6, 7), 16, 3, 4, conv_bias=False)
+    assert _path("conv_transpose3d_relu_group_norm", k3, mode) == (
+        "transposed_as_forward -> relu_group_norm"
     )
+    k3_f64 = conv_transpose_args((2, 8, 5, 6, 7), 16, 3, 4, dtype=torch.float64)
+    assert _path("conv_transpose3d_relu_group_norm", k3_f64, mode) == "aten -> relu_group_norm"
+    strided = conv_transpose_args((1, 8, 4, 4, 4), 8, 3, 2, stride=2)
+    assert _path("conv_transpose3d_relu_group_norm", strided, mode) == "aten -> relu_group_norm"
     assert _path("relu_group_norm", norm_args((2, 8, 5, 6), 4), mode) == "relu_group_norm"
     assert _path("group_norm_mean", norm_args((2, 8, 5, 6), 4), mode) == "group_norm_mean"
 

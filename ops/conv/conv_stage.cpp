@@ -41,6 +41,19 @@
 // does not transpose its output back (0.22 ms at the headline on an H100, 2026-11-22).
 // Elsewhere eager's transposed convolution runs.
 //
+// On the CPU, float32: every rewritable transposed convolution runs as the forward one, in
+// either layout: oneDNN's forward kernels are at least as fast as its transposed ones at every
+// shape measured, and add the conv bias themselves, with the same accuracy. Measured
+// 2026-11-26 on the 2-core VM of the CPU benchmarks (PyTorch 2.14.1, contiguous, transposed
+// ms -> forward ms, the weight's flip included), 1 / 2 threads, inputs rotating over 8:
+// 32 -> 64 k3 on (2, 32, 16^3) without conv bias 7.45 -> 7.08 / 4.49 -> 4.52, with it 9.33 ->
+// 7.42 / 5.58 -> 4.52; 64 -> 128 k3 on (2, 64, 20^3) without 51.7 -> 49.4 / 28.3 -> 27.9, with
+// 59.7 -> 50.0 / 32.4 -> 27.9. On one input over and over (in cache) 1.2-2.3x at the CPU
+// sweep's sizes, and 1.15-5x for k1, k2, k5, padding 1, dilation 2 and two conv groups;
+// relative error against float64 1.2e-7 to 1.7e-7 either way. float64 gained nothing
+// (0.98 / 1.14x) and stays as eager's. The backward is eager's (ATen's transposed convolution
+// backward: the same gradients).
+//
 // With TF32 allowed, eager's transposed convolution is not always TF32: cuDNN picks per shape
 // (benchmarks/cudnn_tf32_survey.py, H100, cuDNN 9.19, 1044 shapes: with 3x3x3 kernels every
 // transposed convolution used TF32; with 2x2x2 kernels none did, with 1x1x1 about half), and
@@ -510,6 +523,9 @@ ConvPath select_conv_path(const at::Tensor& input, const at::Tensor& weight, con
       return ConvPath::kTransposedAsForward;
     }
   }
+  if (p.transposed && input.is_cpu() && is_float && rewritable_as_forward(weight, p)) {
+    return ConvPath::kTransposedAsForward;  // (see the top of this file: CPU)
+  }
   return ConvPath::kAten;
 }
 
@@ -635,11 +651,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(const at::Tensor&
         return transposed_split_tf32_backward(grad_conv_output, input, weight, has_bias, p,
                                               output_mask);
       case ConvPath::kTransposedAsForward:
-        if (input.scalar_type() == at::kFloat) {
+        if (input.is_cuda() && input.scalar_type() == at::kFloat) {
           return transposed_as_forward_backward(grad_conv_output, input, weight, has_bias, p,
                                                 output_mask);
         }
-        break;  // half types: eager's backward (not measured in NDHWC)
+        break;  // half types on CUDA (not measured in NDHWC), the CPU: eager's backward
       default:
         break;
     }
