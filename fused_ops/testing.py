@@ -87,6 +87,32 @@ def _run(model: torch.nn.Module, x: torch.Tensor, grad: bool, grad_output_seed: 
     return tensors
 
 
+def _error_report(eager, fused, eager_reference, fused_reference=None) -> ErrorReport:
+    """Both runs' errors (each against its reference; by default the same one)."""
+    return ErrorReport(
+        eager_error=relative_l2_error(eager, eager_reference),
+        fused_error=relative_l2_error(
+            fused, eager_reference if fused_reference is None else fused_reference
+        ),
+        max_abs_diff=(fused.double() - eager.double()).abs().max().item() if eager.numel() else 0.0,
+        allclose_1e5=bool(torch.allclose(fused, eager, atol=1e-5, rtol=1e-5)),
+    )
+
+
+def _runs_and_report(original, fused, x, grad, grad_output_seed):
+    """compare_with_original's runs ({"eager", "fused"}: the tensors _run returns) and report."""
+    reference = copy.deepcopy(original).double()
+    runs = {
+        "eager": _run(original, x, grad, grad_output_seed),
+        "fused": _run(fused, x, grad, grad_output_seed),
+    }
+    ref = _run(reference, x.double(), grad, grad_output_seed)
+    report = {
+        what: _error_report(runs["eager"][what], runs["fused"][what], r) for what, r in ref.items()
+    }
+    return runs, report
+
+
 def compare_with_original(
     original: torch.nn.Module,
     fused: torch.nn.Module,
@@ -98,22 +124,7 @@ def compare_with_original(
     ``original`` on ``x`` in float64, under the current precision flags; returns an
     ErrorReport for the output and, with ``grad``, for the input gradient and every
     parameter gradient (backward of ``sum(out * g)`` for a random ``g``)."""
-    reference = copy.deepcopy(original).double()
-    runs = [
-        _run(m, xin, grad, grad_output_seed)
-        for m, xin in ((original, x), (fused, x), (reference, x.double()))
-    ]
-    eager, fused_t, ref = runs
-    report = {}
-    for what, r in ref.items():
-        e, f = eager[what], fused_t[what]
-        report[what] = ErrorReport(
-            eager_error=relative_l2_error(e, r),
-            fused_error=relative_l2_error(f, r),
-            max_abs_diff=(f.double() - e.double()).abs().max().item() if e.numel() else 0.0,
-            allclose_1e5=bool(torch.allclose(f, e, atol=1e-5, rtol=1e-5)),
-        )
-    return report
+    return _runs_and_report(original, fused, x, grad, grad_output_seed)[1]
 
 
 @dataclass
@@ -122,11 +133,13 @@ class ReluMaskReport:
     compare_relu_gradients_on_own_masks): per model ("eager", "fused") the relative L2 error of
     its float32 convolution output, how many of its outputs have the other sign than
     float64's (ReLU "flips"), and each gradient's error against float64 arithmetic on that
-    model's own mask."""
+    model's own mask; and ``plain``, compare_with_original's report of the same runs (against
+    the float64 forward's own mask)."""
 
     conv_error: Dict[str, float]
     flips: Dict[str, int]
     gradients: Dict[str, ErrorReport]
+    plain: Dict[str, ErrorReport]
 
 
 def _conv_output_of_fused(fused: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -154,7 +167,8 @@ def compare_relu_gradients_on_own_masks(
     So this measures the two things apart: each model's convolution output error (which sets
     the expected number of flips) and flip count, and its gradients against float64
     arithmetic that takes the model's own float32 mask (the backward's own accuracy), for the
-    backward of ``sum(out * g)`` with compare_with_original's ``g``."""
+    backward of ``sum(out * g)`` with compare_with_original's ``g``; and, from the same runs,
+    compare_with_original's report."""
     import torch.nn.functional as F
 
     with torch.no_grad():
@@ -162,9 +176,9 @@ def compare_relu_gradients_on_own_masks(
         conv32 = {"eager": original.conv_transpose(x), "fused": _conv_output_of_fused(fused, x)}
     gen = torch.Generator(device=x.device).manual_seed(grad_output_seed)
     g = torch.randn(conv64.shape, generator=gen, device=x.device, dtype=torch.float64)
-    runs, reference_runs = {}, {}
-    for name, model in (("eager", original), ("fused", fused)):
-        runs[name] = _run(model, x, True, grad_output_seed)
+    runs, plain = _runs_and_report(original, fused, x, True, grad_output_seed)
+    reference_runs = {}
+    for name in ("eager", "fused"):
         mask = (conv32[name] > 0).double()
         ref_model = copy.deepcopy(original).double()
         conv, gn = ref_model.conv_transpose, ref_model.group_norm
@@ -174,17 +188,15 @@ def compare_relu_gradients_on_own_masks(
         reference_runs[name] = {"grad input": x64.grad}
         for pname, p in ref_model.named_parameters():
             reference_runs[name][f"grad {pname}"] = p.grad
-    gradients = {}
-    for what, eager_ref in reference_runs["eager"].items():
-        e, f = runs["eager"][what], runs["fused"][what]
-        gradients[what] = ErrorReport(
-            eager_error=relative_l2_error(e, eager_ref),
-            fused_error=relative_l2_error(f, reference_runs["fused"][what]),
-            max_abs_diff=(f.double() - e.double()).abs().max().item() if e.numel() else 0.0,
-            allclose_1e5=bool(torch.allclose(f, e, atol=1e-5, rtol=1e-5)),
+    gradients = {
+        what: _error_report(
+            runs["eager"][what], runs["fused"][what], eager_ref, reference_runs["fused"][what]
         )
+        for what, eager_ref in reference_runs["eager"].items()
+    }
     return ReluMaskReport(
         conv_error={k: relative_l2_error(v, conv64) for k, v in conv32.items()},
         flips={k: int(((v > 0) != (conv64 > 0)).sum()) for k, v in conv32.items()},
         gradients=gradients,
+        plain=plain,
     )
