@@ -267,6 +267,75 @@ TEST_CASE("one-pass conv3d_group_norm_mean plans at the headline", "[conv][cpu][
       conv::plan_conv3d_group_norm_mean_onepass(s, ScalarKind::kFloat, kTwoBlocks, true);
   CHECK(conv::boxes_are_whole_input_rows(s, headline.FW, headline.boxes_w));
   CHECK(headline.FW == 32);
+  // Its footprint is laid out with padded pitches (row 16-20, plane 16, channel 24 modulo the
+  // 32 banks, multiples of 4 for the 16-byte row copies), in two buffers, and the regions of
+  // its shared memory follow one another without overlap: weights, tap offsets, footprints,
+  // reduction scratch, row table.
+  CHECK(headline.row_pitch >= headline.FW);
+  CHECK(headline.row_pitch % 32 >= 16);
+  CHECK(headline.row_pitch % 32 <= 20);
+  CHECK(headline.plane_pitch >= headline.FH * headline.row_pitch);
+  CHECK(headline.plane_pitch % 32 == 16);
+  CHECK(headline.channel_pitch >= headline.FD * headline.plane_pitch);
+  CHECK(headline.channel_pitch % 32 == 24);
+  CHECK(headline.row_pitch % 4 == 0);
+  CHECK(headline.plane_pitch % 4 == 0);
+  CHECK(headline.channel_pitch % 4 == 0);
+  CHECK(headline.footprint == headline.c_in_g * headline.channel_pitch);
+  CHECK(headline.footprint_buffers == 2);
+  CHECK(headline.footprint_bytes == static_cast<size_t>(headline.footprint) * 4);
+  CHECK(headline.koff_offset >= static_cast<size_t>(headline.k_pad * headline.cb * 2 * 4));
+  CHECK(headline.footprint_offset >= headline.koff_offset + headline.k_pad * 4);
+  CHECK(headline.scratch_offset == headline.footprint_offset + 2 * headline.footprint_bytes);
+  REQUIRE(headline.row_table_offset != 0);
+  CHECK(headline.row_table_offset ==
+        headline.scratch_offset +
+            static_cast<size_t>(conv::kOnePassTensorCoreScratchBytesPerChannel * headline.cb));
+  CHECK(headline.smem_bytes ==
+        headline.row_table_offset +
+            static_cast<size_t>(headline.c_in_g * headline.FD * headline.FH) * 16);
+  CHECK(headline.smem_bytes <= kTwoBlocks);
+  // The direct kernel's footprint stays dense, in one buffer, without a row table.
+  const conv::OnePassPlan direct =
+      conv::plan_conv3d_group_norm_mean_onepass(s, ScalarKind::kFloat, kTwoBlocks, false);
+  CHECK(direct.row_pitch == direct.FW);
+  CHECK(direct.plane_pitch == direct.FH * direct.FW);
+  CHECK(direct.channel_pitch == direct.FD * direct.FH * direct.FW);
+  CHECK(direct.footprint_buffers == 1);
+  CHECK(direct.row_table_offset == 0);
+}
+
+TEST_CASE("one-pass footprint pitches", "[conv][cpu][onepass]") {
+  namespace conv = fused_ops::conv;
+  for (int64_t FW = 1; FW <= 70; ++FW) {
+    for (const int64_t FH : {1, 3, 10, 17}) {
+      for (const int64_t FD : {1, 3, 4}) {
+        INFO("FD " << FD << ", FH " << FH << ", FW " << FW);
+        const conv::FootprintPitches dense = conv::footprint_pitches(FD, FH, FW, false);
+        CHECK(dense.row == FW);
+        CHECK(dense.plane == FH * FW);
+        CHECK(dense.channel == FD * FH * FW);
+        const conv::FootprintPitches padded = conv::footprint_pitches(FD, FH, FW, true);
+        // Room for every row, plane and channel; padding by less than one bank cycle (+ the
+        // 4-alignment) at each level.
+        CHECK(padded.row >= FW);
+        CHECK(padded.row < FW + 32 + 4);
+        CHECK(padded.plane >= FH * padded.row);
+        CHECK(padded.plane < FH * padded.row + 32 + 4);
+        CHECK(padded.channel >= FD * padded.plane);
+        CHECK(padded.channel < FD * padded.plane + 32 + 4);
+        CHECK(padded.row % 32 >= 16);
+        CHECK(padded.row % 32 <= 20);
+        CHECK(padded.plane % 32 == 16);
+        CHECK(padded.channel % 32 == 24);
+        if (FW % 4 == 0) {
+          CHECK(padded.row % 4 == 0);
+          CHECK(padded.plane % 4 == 0);
+          CHECK(padded.channel % 4 == 0);
+        }
+      }
+    }
+  }
 }
 
 namespace {

@@ -590,6 +590,13 @@ inline std::vector<ConvCase> conv3d_cases() {
     c.gn_bias = false;
     cases.push_back(c);
   }
+  {
+    // Footprints of whole 16-float input rows (the CUDA one-pass forward's row table and
+    // 16-byte row copies), 40 channels in chunks.
+    ConvCase c{"whole input rows, 40 channels", {2, 3, 6, 7, 16}, 40, {3, 3, 3}};
+    c.num_groups = 8;
+    cases.push_back(c);
+  }
   return cases;
 }
 

@@ -335,6 +335,34 @@ def test_whole_row_loads_match_the_general_loads(shape):
 
 
 @requires_cuda
+def test_many_tiles_per_block():
+    """More tiles than resident blocks, over every digit of the tile index (boxes along each
+    dim, samples, two channel chunks of two conv groups): each block steps through its tiles
+    by carries (onepass_tensor_core_kernel's TileDigits), not divisions."""
+    args = conv3d_args((40, 4, 20, 21, 22), 80, 3, 8, groups=2, device="cuda", requires_grad=False)
+    args[0] = torch.rand_like(args[0])
+    path, _ = _check(args, torch.float32)
+    assert path == "onepass"
+
+
+@requires_cuda
+def test_non_finite_input_stays_in_its_sample():
+    """A NaN (or infinity) in one sample's input makes that sample's output NaN, as eager's,
+    and leaves the other samples' outputs (whose tiles never hold it) as they were."""
+    args = conv3d_args((3, 3, 12, 14, 32), 24, 3, 8, device="cuda", requires_grad=False)
+    args[0] = torch.rand_like(args[0])
+    with torch.no_grad():
+        clean = torch.ops.fused.conv3d_group_norm_mean(*args)
+        for bad in (float("nan"), float("inf")):
+            x = args[0].clone()
+            x[1, 2, 5, 7, 9] = bad
+            out = torch.ops.fused.conv3d_group_norm_mean(x, *args[1:])
+            eager = reference(OP, [x, *args[1:]])[0]
+            assert torch.isnan(out[1]) and torch.isnan(eager[1])
+            assert torch.equal(out[[0, 2]], clean[[0, 2]])
+
+
+@requires_cuda
 def test_empty_and_large_batch():
     args = conv3d_args((0, 3, 6, 7, 8), 12, 3, 4, device="cuda", requires_grad=False)
     with torch.no_grad():

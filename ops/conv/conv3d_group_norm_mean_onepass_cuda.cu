@@ -21,19 +21,25 @@
 //            float32-grade products at tensor-core speed. Each warp owns 4 m16 tiles (64
 //            positions) and all cb channels; the weights sit in shared memory already split
 //            and in fragment order (one 16-byte load per n8 tile and k step); 512 positions
-//            a tile;
+//            a tile. The next tile's footprint loads into a second buffer meanwhile (whole
+//            input rows through a table of the rows' offsets, set up once), laid out with
+//            padded pitches against bank conflicts (conv::footprint_pitches);
 //          - other dtypes (direct kernel): each thread owns 8 positions and half of the cb
 //            channels, and per tap loads its 8 inputs and the channels' weights (16-byte
 //            broadcasts) for an outer product of multiply-adds in the accumulation type
 //            (float; double for double): 1024 positions a tile;
-//      * reduces, per channel, the box's valid positions to (mean, M2 about that mean) in
-//        double: the sums first (within the thread, warp butterflies, then the warps in
-//        order), then the squared deviations from the tile mean, the same way: no
-//        E[y^2] - mean^2 cancellation;
+//      * reduces, per channel, the box's valid positions to (mean, M2 about that mean), with
+//        no E[y^2] - mean^2 cancellation:
+//          - direct kernel: in double, the sums first (within the thread, warp butterflies,
+//            then the warps in order), then the squared deviations from the tile mean;
+//          - tensor-core kernel: two passes within each warp in float (its sum, then its
+//            squared deviations from its own mean), then one warp combines the 8 warps'
+//            moments in double, in warp order;
 //      * writes one (mean, M2) pair per channel to the workspace slot of the tile.
 //    The chunk's weights stay in shared memory from one tile to the next of the same chunk.
-// 2. onepass_finalize_kernel: one block per sample combines, per channel, its tiles in box
-//    order (counts from the box geometry), adds the conv bias to the mean, combines each
+// 2. onepass_finalize_kernel: one block per sample combines, per channel (a warp each), its
+//    tiles' moments in a fixed order (counts from the box geometry): the mean from the
+//    count-weighted sum, then M2 about it; adds the conv bias to the mean, combines each
 //    GroupNorm group's channels, and writes mean, rstd, the channel means and out[n].
 //
 // Every sum has a fixed order that depends on the shape only: results are deterministic.
@@ -85,40 +91,98 @@ struct Tile {
   int nd, nh, nw;     // its extent inside the output
 };
 
-__device__ __forceinline__ Tile tile_at(int64_t tile, const conv::OnePassPlan& plan,
+// A tile index as digits, least significant first: the box's (w, h, d) indices, the sample,
+// the channel chunk within the conv group, the conv group (tile = box + boxes * (n + N *
+// (g * chunks + chunk)), box = w + boxes_w * (h + boxes_h * d)).
+struct TileDigits {
+  static constexpr int kDigits = 6;
+  unsigned d[kDigits];
+};
+
+// The radix of digit i < kDigits - 1 (from the kernel's parameters: no registers).
+__device__ __forceinline__ unsigned tile_radix(int i, const conv::OnePassPlan& plan,
+                                               const conv::Conv3dShape& s) {
+  switch (i) {
+    case 0:
+      return static_cast<unsigned>(plan.boxes_w);
+    case 1:
+      return static_cast<unsigned>(plan.boxes_h);
+    case 2:
+      return static_cast<unsigned>(plan.boxes_d);
+    case 3:
+      return static_cast<unsigned>(s.N);
+    default:
+      return static_cast<unsigned>(plan.chunks);
+  }
+}
+
+__device__ __forceinline__ TileDigits tile_digits(int64_t tile, const conv::OnePassPlan& plan,
+                                                  const conv::Conv3dShape& s) {
+  TileDigits t;
+  unsigned rest = static_cast<unsigned>(tile);
+#pragma unroll
+  for (int i = 0; i + 1 < TileDigits::kDigits; ++i) {
+    const unsigned radix = tile_radix(i, plan, s);
+    t.d[i] = rest % radix;
+    rest /= radix;
+  }
+  t.d[TileDigits::kDigits - 1] = rest;
+  return t;
+}
+
+// t becomes the digits of tile + the tile `step` stands for (each digit below its radix: one
+// carry per digit at most), without divisions: a block's walk over tile, tile + gridDim.x, ...
+__device__ __forceinline__ void advance_tile(TileDigits& t, const TileDigits& step,
+                                             const conv::OnePassPlan& plan,
+                                             const conv::Conv3dShape& s) {
+  unsigned carry = 0;
+#pragma unroll
+  for (int i = 0; i + 1 < TileDigits::kDigits; ++i) {
+    const unsigned radix = tile_radix(i, plan, s);
+    t.d[i] += step.d[i] + carry;
+    carry = t.d[i] >= radix ? 1u : 0u;
+    t.d[i] -= carry ? radix : 0u;
+  }
+  t.d[TileDigits::kDigits - 1] += step.d[TileDigits::kDigits - 1] + carry;
+}
+
+__device__ __forceinline__ Tile tile_of(const TileDigits& digits, const conv::OnePassPlan& plan,
                                         const conv::Conv3dShape& s, int cb) {
-  const unsigned boxes = static_cast<unsigned>(plan.boxes);
-  const unsigned t32 = static_cast<unsigned>(tile);
-  const unsigned box = t32 % boxes;
-  const unsigned rest = t32 / boxes;
-  const unsigned N = static_cast<unsigned>(s.N);
-  Tile t;
-  t.n = rest % N;
-  t.chunk = rest / N;
-  t.g = t.chunk / plan.chunks;
-  t.c0 = t.g * plan.c_out_g + (t.chunk - t.g * plan.chunks) * cb;
-  t.c_end = (t.g + 1) * plan.c_out_g;
-  const unsigned boxes_w = static_cast<unsigned>(plan.boxes_w);
-  const unsigned boxes_h = static_cast<unsigned>(plan.boxes_h);
   const int TD = static_cast<int>(plan.TD), TH = static_cast<int>(plan.TH),
             TW = static_cast<int>(plan.TW);
-  t.ow0 = static_cast<int>(box % boxes_w) * TW;
-  t.oh0 = static_cast<int>((box / boxes_w) % boxes_h) * TH;
-  t.od0 = static_cast<int>(box / (boxes_w * boxes_h)) * TD;
+  Tile t;
+  t.n = digits.d[3];
+  t.g = digits.d[5];
+  t.chunk = t.g * plan.chunks + digits.d[4];
+  t.c0 = t.g * plan.c_out_g + static_cast<int64_t>(digits.d[4]) * cb;
+  t.c_end = (t.g + 1) * plan.c_out_g;
+  t.ow0 = static_cast<int>(digits.d[0]) * TW;
+  t.oh0 = static_cast<int>(digits.d[1]) * TH;
+  t.od0 = static_cast<int>(digits.d[2]) * TD;
   t.nd = min(TD, static_cast<int>(s.Do) - t.od0);
   t.nh = min(TH, static_cast<int>(s.Ho) - t.oh0);
   t.nw = min(TW, static_cast<int>(s.Wo) - t.ow0);
   return t;
 }
 
-// The number of output positions of box `box` inside the output.
-__host__ __device__ __forceinline__ int64_t box_count(const conv::OnePassPlan& plan,
-                                                      const conv::Conv3dShape& s, int64_t box) {
-  const int64_t bw = box % plan.boxes_w;
-  const int64_t bh = (box / plan.boxes_w) % plan.boxes_h;
-  const int64_t bd = box / (plan.boxes_w * plan.boxes_h);
-  return min64(plan.TD, s.Do - bd * plan.TD) * min64(plan.TH, s.Ho - bh * plan.TH) *
-         min64(plan.TW, s.Wo - bw * plan.TW);
+__device__ __forceinline__ Tile tile_at(int64_t tile, const conv::OnePassPlan& plan,
+                                        const conv::Conv3dShape& s, int cb) {
+  return tile_of(tile_digits(tile, plan, s), plan, s, cb);
+}
+
+// The number of output positions of box `box` inside the output (32-bit, as in tile_at).
+__device__ __forceinline__ int box_count(const conv::OnePassPlan& plan, const conv::Conv3dShape& s,
+                                         int64_t box) {
+  const unsigned b = static_cast<unsigned>(box);
+  const unsigned boxes_w = static_cast<unsigned>(plan.boxes_w);
+  const unsigned boxes_h = static_cast<unsigned>(plan.boxes_h);
+  const int TD = static_cast<int>(plan.TD), TH = static_cast<int>(plan.TH),
+            TW = static_cast<int>(plan.TW);
+  const int bw = static_cast<int>(b % boxes_w);
+  const int bh = static_cast<int>((b / boxes_w) % boxes_h);
+  const int bd = static_cast<int>(b / (boxes_w * boxes_h));
+  return min(TD, static_cast<int>(s.Do) - bd * TD) * min(TH, static_cast<int>(s.Ho) - bh * TH) *
+         min(TW, static_cast<int>(s.Wo) - bw * TW);
 }
 
 // Offset of tap k in the footprint, relative to a position's first tap.
@@ -127,7 +191,9 @@ __host__ __device__ __forceinline__ int64_t box_count(const conv::OnePassPlan& p
 // input is finite, and non-finite only where that position's output is already.
 __device__ __forceinline__ int tap_offset(int k, const conv::OnePassPlan& plan,
                                           const conv::Conv3dShape& s) {
-  return k >= plan.K ? 0 : tap_offset_in_box(k, s, plan.FD, plan.FH, plan.FW);
+  return k >= plan.K
+             ? 0
+             : tap_offset_in_layout(k, s, plan.row_pitch, plan.plane_pitch, plan.channel_pitch);
 }
 
 // A box position's offset in the footprint, and its (td, th, tw) packed in 10-bit fields
@@ -147,8 +213,8 @@ __device__ __forceinline__ BoxPosition box_position(int pos, const conv::OnePass
   const int td = pos / (TH * TW);
   const int th = (pos / TW) % TH;
   const int tw = pos % TW;
-  const int offset = static_cast<int>((td * s.stride[0] * plan.FH + th * s.stride[1]) * plan.FW +
-                                      tw * s.stride[2]);
+  const int offset = static_cast<int>(td * s.stride[0] * plan.plane_pitch +
+                                      th * s.stride[1] * plan.row_pitch + tw * s.stride[2]);
   return BoxPosition{offset, (static_cast<unsigned>(td) << 20) | (static_cast<unsigned>(th) << 10) |
                                  static_cast<unsigned>(tw)};
 }
@@ -170,7 +236,10 @@ __device__ __forceinline__ InputBox footprint_of(const Tile& t, const conv::OneP
                   t.ow0 * static_cast<int>(s.stride[2]) - static_cast<int>(s.padding[2]),
                   static_cast<int>(plan.FD),
                   static_cast<int>(plan.FH),
-                  static_cast<int>(plan.FW)};
+                  static_cast<int>(plan.FW),
+                  static_cast<int>(plan.row_pitch),
+                  static_cast<int>(plan.plane_pitch),
+                  static_cast<int>(plan.channel_pitch)};
 }
 
 // The first input channel of tile t's sample and conv group.
@@ -324,18 +393,25 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_direct_kernel(const Kerne
 // ---------------------------------------------------------------------------------------
 // The tensor-core kernel (float32).
 
-// x = high + low with high = x rounded to TF32 (to nearest: add half of the dropped 13
-// mantissa bits' range, then clear them; two integer ops) and low = x - high (exact in
+// x = high + low with high = x rounded to TF32 (to nearest) and low = x - high (exact in
 // float). The tensor cores read low's top 11 significand bits and the product drops
 // low_a * low_b: both errors are ~2^-22 of the product and, because rounding to nearest
 // leaves low of either sign, they average out. (Truncating high instead, one op cheaper,
 // leaves low with x's sign: every product then comes out ~5e-7 too small in magnitude, a
 // bias that the GroupNorm statistics, sums of ~10^6 products, do not average away.)
-// Overflow past the largest float rounds to infinity, as cvt.rna.tf32.f32 does; a NaN stays
-// NaN except for payloads whose 11 mantissa bits above the dropped ones are all set (the
-// carry reaches the exponent), which PyTorch's canonical NaN is not.
+// On sm_90 the rounding is one instruction (cvt.rn, ties to even; measured at the Conv3d
+// headline on an H100, 2026-11-26: forward kernel 283 -> 276 us); before, two integer ops:
+// add half of the dropped 13 mantissa bits' range, then clear them (ties away from zero;
+// cvt.rna emulates the same in more). Overflow past the largest float rounds to infinity
+// either way; a NaN stays NaN (with the integer ops, except for payloads whose 11 mantissa
+// bits above the dropped ones are all set: the carry reaches the exponent; PyTorch's
+// canonical NaN is not one).
 __device__ __forceinline__ void split_tf32(float x, uint32_t& high, uint32_t& low) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(high) : "f"(x));
+#else
   high = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+#endif
   low = __float_as_uint(x - __uint_as_float(high));
 }
 
@@ -354,6 +430,78 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 #endif
 }
 
+// A warp's moments of each channel the thread holds (channels nt * 8 + 2 * quad + e of its
+// rows (group, group + 8) of each m16 tile, acc[mt][nt][2 * h + e]) over the warp's valid rows
+// (`valid` bit 2 * mt + h; `count` of them in the warp): (sum, shift, sum of squared deviations
+// from shift, count) with shift = sum / count in float, the same in every lane holding the
+// channel. kAllValid: every row is valid (no masks).
+template <int MT, int NT, bool kAllValid>
+__device__ __forceinline__ void warp_channel_moments(const float (&acc)[MT][NT][4], unsigned valid,
+                                                     int count, float4 (&moments)[NT][2]) {
+  const float inv_count = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+  const auto row_valid = [&](int mt, int h) {
+    return kAllValid || ((valid >> (2 * mt + h)) & 1u) != 0u;
+  };
+  const auto sum_over_rows = [](float v) {  // the 8 lanes of the thread's quad value
+    for (int offset = 4; offset < kWarpSize; offset <<= 1) {
+      v += __shfl_xor_sync(0xffffffffu, v, offset);
+    }
+    return v;
+  };
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          sum += row_valid(mt, h) ? acc[mt][nt][2 * h + e] : 0.0f;
+        }
+      }
+      sum = sum_over_rows(sum);
+      const float shift = sum * inv_count;
+      float squares = 0.0f;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float d = row_valid(mt, h) ? acc[mt][nt][2 * h + e] - shift : 0.0f;
+          squares = fmaf(d, d, squares);
+        }
+      }
+      moments[nt][e] = make_float4(sum, shift, sum_over_rows(squares), static_cast<float>(count));
+    }
+  }
+}
+
+// The tile's (mean, M2) of channel c from its warps' (sum, shift, squares, count) (`warps`:
+// [kWarpsPerBlock][cb]), in double, in warp order: the mean from the total sum, and M2 about
+// it from each warp's squares about its shift d = shift - mean away:
+//   sum over the warp's y of (y - mean)^2 = squares + d * (2 * (sum - count * shift) + count * d)
+// (no division but the mean's; an empty warp adds nothing).
+__device__ __forceinline__ double2 tile_channel_moments(const float4* warps, int c, int cb) {
+  double count = 0.0, sum = 0.0;
+#pragma unroll
+  for (int w = 0; w < kWarpsPerBlock; ++w) {
+    const float4 m = warps[w * cb + c];
+    count += m.w;
+    sum += m.x;
+  }
+  const double mean = sum / count;
+  double m2 = 0.0;
+#pragma unroll
+  for (int w = 0; w < kWarpsPerBlock; ++w) {
+    const float4 m = warps[w * cb + c];
+    const double d = static_cast<double>(m.y) - mean;
+    const double n = m.w;
+    m2 += static_cast<double>(m.z) +
+          d * (2.0 * (static_cast<double>(m.x) - n * static_cast<double>(m.y)) + n * d);
+  }
+  return make_double2(mean, m2 < 0.0 ? 0.0 : m2);  // (keeps NaN)
+}
+
 // Fragment layouts of mma.m16n8k8 (PTX ISA), lane = 4 * group + quad:
 //   A (16 x 8): a0 (row group, col quad), a1 (group + 8, quad), a2 (group, quad + 4),
 //               a3 (group + 8, quad + 4);
@@ -370,57 +518,106 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
   extern __shared__ __align__(16) unsigned char smem[];
   // [k_pad / 8][NT][32 lanes]: (b0 high, b1 high, b0 low, b1 low) as TF32 bits.
   uint4* b_s = reinterpret_cast<uint4*>(smem);
-  int* koff_s = reinterpret_cast<int*>(smem + plan.koff_offset);            // [k_pad]
-  float* x_s = reinterpret_cast<float*>(smem + plan.footprint_offset);      // footprint
-  double* scratch = reinterpret_cast<double*>(smem + plan.scratch_offset);  // [warps][CB]
-  double* totals = scratch + kWarpsPerBlock * CB;                           // [CB]
-  double* tile_mean = totals + CB;                                          // [CB]
+  int* koff_s = reinterpret_cast<int*>(smem + plan.koff_offset);  // [k_pad]
+  // Two footprint buffers, and two of the warps' moments ([2][warps][CB]): see "Pipeline".
+  const auto footprint_buffer = [&](int buffer) {
+    return reinterpret_cast<float*>(smem + plan.footprint_offset + buffer * plan.footprint_bytes);
+  };
+  float4* warp_moments = reinterpret_cast<float4*>(smem + plan.scratch_offset);
 
   const int K = static_cast<int>(plan.K);
   const int k_steps = static_cast<int>(plan.k_pad / 8);
+  // In bytes: a fragment element's address is then its row's address plus its tap's offset,
+  // one add (element offsets took an add and a multiply-add per element).
   for (int k = threadIdx.x; k < plan.k_pad; k += kThreads) {
-    koff_s[k] = tap_offset(k, plan, s);
+    koff_s[k] = tap_offset(k, plan, s) * static_cast<int>(sizeof(float));
   }
   const float* weight = static_cast<const float*>(a.p.weight);
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const int group = lane >> 2;
   const int quad = lane & 3;
-  // This thread's A rows: (group, group + 8) of each of the warp's m16 tiles.
+  // This thread's A rows: (group, group + 8) of each of the warp's m16 tiles, and where their
+  // first taps lie in a footprint (in bytes).
   BoxPosition row[MT][2];
+  int row_first_tap[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       row[mt][h] = box_position((warp * MT + mt) * 16 + group + 8 * h, plan, s);
+      row_first_tap[mt][h] = row[mt][h].offset * static_cast<int>(sizeof(float));
     }
   }
-  int64_t loaded_chunk = -1;  // whose weights b_s holds
-
-  for (int64_t tile = blockIdx.x; tile < plan.tiles; tile += gridDim.x) {
-    const Tile t = tile_at(tile, plan, s, CB);
-    __syncthreads();  // the previous tile is done with shared memory
-    if (t.chunk != loaded_chunk) {
-      for (int i = threadIdx.x; i < k_steps * NT * kWarpSize; i += kThreads) {
-        const int l = i % kWarpSize;
-        const int nt = (i / kWarpSize) % NT;
-        const int ks = i / (kWarpSize * NT);
-        const int64_t c = t.c0 + nt * 8 + (l >> 2);
-        const int k0 = ks * 8 + (l & 3);
-        const int k1 = k0 + 4;
-        const float w0 = c < t.c_end && k0 < K ? weight[c * K + k0] : 0.0f;
-        const float w1 = c < t.c_end && k1 < K ? weight[c * K + k1] : 0.0f;
-        uint4 f;
-        split_tf32(w0, f.x, f.z);
-        split_tf32(w1, f.y, f.w);
-        b_s[i] = f;
-      }
-      loaded_chunk = t.chunk;
+  // The chunk's weights, split, in fragment order.
+  const auto load_weights = [&](const Tile& t) {
+    for (int i = threadIdx.x; i < k_steps * NT * kWarpSize; i += kThreads) {
+      const int l = i % kWarpSize;
+      const int nt = (i / kWarpSize) % NT;
+      const int ks = i / (kWarpSize * NT);
+      const int64_t c = t.c0 + nt * 8 + (l >> 2);
+      const int k0 = ks * 8 + (l & 3);
+      const int k1 = k0 + 4;
+      const float w0 = c < t.c_end && k0 < K ? weight[c * K + k0] : 0.0f;
+      const float w1 = c < t.c_end && k1 < K ? weight[c * K + k1] : 0.0f;
+      uint4 f;
+      split_tf32(w0, f.x, f.z);
+      split_tf32(w1, f.y, f.w);
+      b_s[i] = f;
     }
-    load_footprint(group_input<float>(a.p.x, t, plan, s), x_s, s, footprint_of(t, plan, s),
-                   a.full_rows);
-    cp_async_wait_all();
-    __syncthreads();
+  };
+  // Whole input rows through the row table where the plan has one (conv_input_box.cuh).
+  int4* const row_table = a.full_rows && plan.row_table_offset != 0
+                              ? reinterpret_cast<int4*>(smem + plan.row_table_offset)
+                              : nullptr;
+  if (row_table != nullptr) {
+    fill_full_row_table(row_table, s, footprint_of(tile_at(0, plan, s, CB), plan, s));
+  }
+  const FullRowCopies row_copies(s);
+  const auto load_tile_footprint = [&](const Tile& t, int buffer) {
+    const float* const sample = group_input<float>(a.p.x, t, plan, s);
+    if (row_table != nullptr) {
+      row_copies.load(sample, footprint_buffer(buffer), s, footprint_of(t, plan, s), row_table);
+    } else {
+      load_footprint(sample, footprint_buffer(buffer), s, footprint_of(t, plan, s), a.full_rows);
+    }
+  };
+
+  // Pipeline: the footprint of a block's next tile loads (asynchronous copies) into the other
+  // buffer while the block computes this one, and one barrier per tile publishes it, the
+  // warps' moments and the end of the reads of this tile's buffer (so that the next copies
+  // may overwrite it). (Each footprint loaded after a barrier at its tile's start instead:
+  // 263 vs 255 us at the Conv3d headline, H100, 2026-11-26.) The weights stay from one tile to
+  // the next of the same chunk.
+  int64_t loaded_chunk = -1;  // whose weights b_s holds
+  // gridDim.x as digits, in shared memory (block-uniform; registers are the limit here).
+  __shared__ TileDigits stride;
+  if (threadIdx.x == 0) {
+    stride = tile_digits(gridDim.x, plan, s);
+  }
+  TileDigits next_digits = tile_digits(blockIdx.x, plan, s);
+  Tile next = tile_of(next_digits, plan, s, CB);
+  __syncthreads();  // koff_s and the row table
+  if (blockIdx.x < plan.tiles) {
+    load_tile_footprint(next, 0);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  int buffer = 0;
+  int round = 0;  // the block's tiles so far
+  for (int64_t tile = blockIdx.x; tile < plan.tiles; tile += gridDim.x, buffer ^= 1, ++round) {
+    const Tile t = next;
+    if (t.chunk != loaded_chunk) {
+      // (Every warp passed the barrier that ended the previous tile: b_s is free.)
+      load_weights(t);
+      loaded_chunk = t.chunk;
+      __syncthreads();
+    }
+    if (tile + gridDim.x < plan.tiles) {
+      advance_tile(next_digits, stride, plan, s);
+      next = tile_of(next_digits, plan, s, CB);
+      load_tile_footprint(next, buffer ^ 1);
+    }
 
     unsigned valid = 0;  // bit 2 * mt + h: row h of tile mt is an output position
 #pragma unroll
@@ -441,6 +638,8 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
         }
       }
     }
+    const unsigned char* const x_tile =
+        reinterpret_cast<const unsigned char*>(footprint_buffer(buffer));
 #pragma unroll 1
     for (int ks = 0; ks < k_steps; ++ks) {
       const int off0 = koff_s[ks * 8 + quad];
@@ -452,11 +651,13 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
       }
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
+        const unsigned char* const row0 = x_tile + row_first_tap[mt][0];
+        const unsigned char* const row8 = x_tile + row_first_tap[mt][1];
         uint32_t a_high[4], a_low[4];
-        split_tf32(x_s[row[mt][0].offset + off0], a_high[0], a_low[0]);
-        split_tf32(x_s[row[mt][1].offset + off0], a_high[1], a_low[1]);
-        split_tf32(x_s[row[mt][0].offset + off1], a_high[2], a_low[2]);
-        split_tf32(x_s[row[mt][1].offset + off1], a_high[3], a_low[3]);
+        split_tf32(*reinterpret_cast<const float*>(row0 + off0), a_high[0], a_low[0]);
+        split_tf32(*reinterpret_cast<const float*>(row8 + off0), a_high[1], a_low[1]);
+        split_tf32(*reinterpret_cast<const float*>(row0 + off1), a_high[2], a_low[2]);
+        split_tf32(*reinterpret_cast<const float*>(row8 + off1), a_high[3], a_low[3]);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           // The small terms first.
@@ -467,41 +668,40 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
       }
     }
 
-    // Per-channel moments of the box's valid positions: sums, then squared deviations. This
-    // thread holds channels nt * 8 + 2 * quad + e of rows (group, group + 8) of each tile; the
-    // lanes of one quad value hold the same channels: butterflies over lane bits 2-4.
-    const double count = static_cast<double>(t.nd) * t.nh * t.nw;
-    for (int pass = 0; pass < 2; ++pass) {
+    // Per-channel moments of the box's valid positions, two passes within each warp (no block
+    // barrier between them): the warp's sums, then its squared deviations from the warp's mean,
+    // in float (the thread's 8 rows, then butterflies over the 8 lanes holding a channel: lane
+    // bits 2-4); then thread c < CB combines the 8 warps' moments in double, in warp order.
+    // This thread holds channels nt * 8 + 2 * quad + e of rows (group, group + 8) of each tile.
+    // (The block-wide two passes in double this replaces were ~40% of the kernel's
+    // instructions.) A warp whose 64 rows are all output positions skips the masks.
+    const int warp_count = __reduce_add_sync(0xffffffffu, quad == 0 ? __popc(valid) : 0);
+    float4 moments[NT][2];  // (sum, shift, sum of squared deviations from shift, count)
+    if (warp_count == MT * 16) {
+      warp_channel_moments<MT, NT, true>(acc, valid, warp_count, moments);
+    } else {
+      warp_channel_moments<MT, NT, false>(acc, valid, warp_count, moments);
+    }
+    float4* const tile_moments = warp_moments + buffer * kWarpsPerBlock * CB;
+    if (group == 0) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int c = nt * 8 + 2 * quad + e;
-          const float mean = pass == 0 ? 0.0f : static_cast<float>(tile_mean[c]);
-          float v = 0.0f;
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const float y = acc[mt][nt][2 * h + e];
-              const float d = y - mean;
-              v += (valid >> (2 * mt + h)) & 1u ? (pass == 0 ? y : d * d) : 0.0f;
-            }
-          }
-          double total = static_cast<double>(v);
-          for (int offset = 4; offset < kWarpSize; offset <<= 1) {
-            total += __shfl_xor_sync(0xffffffffu, total, offset);
-          }
-          if (group == 0) {
-            scratch[warp * CB + c] = total;
-          }
+          tile_moments[warp * CB + nt * 8 + 2 * quad + e] = moments[nt][e];
         }
       }
-      finish_pass(pass, scratch, totals, tile_mean, CB, count);
     }
-    if (threadIdx.x < CB) {
-      a.partials[tile * CB + threadIdx.x] =
-          make_double2(tile_mean[threadIdx.x], totals[threadIdx.x]);
+    cp_async_wait_all();  // this thread's copies of the next footprint
+    __syncthreads();
+    // The tile's moments per channel from its warps', by lanes c < CB of one warp, a different
+    // one each tile (the combine's double arithmetic issues as many instructions for 3 active
+    // lanes as for 24: one warp a tile instead of 3 lanes of every warp was 218 -> 214 us at the
+    // Conv3d headline, H100, 2026-11-26; all of them in warp 0 every tile made the other warps
+    // wait for it at the next barrier). (Read before the next barrier; the next tile's moments
+    // go to the other buffer.)
+    if (warp == (round & (kWarpsPerBlock - 1)) && lane < CB) {
+      a.partials[tile * CB + lane] = tile_channel_moments(tile_moments, lane, CB);
     }
   }
 }
@@ -516,27 +716,44 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
   const conv::OnePassPlan& plan = a.plan;
   const int64_t cb = plan.cb;
   extern __shared__ __align__(16) unsigned char smem[];
-  auto* channel_moments = reinterpret_cast<norm::Moments*>(smem);         // [C_out]
-  double* reduce = reinterpret_cast<double*>(channel_moments + s.C_out);  // [kThreads]
+  auto* channel_moments = reinterpret_cast<norm::Moments*>(smem);        // [C_out]
+  auto* reduce = reinterpret_cast<double2*>(channel_moments + s.C_out);  // [kWarpsPerBlock]
   const int64_t n = blockIdx.x;
   const T* conv_bias = static_cast<const T*>(a.p.conv_bias);
   const T* gn_weight = static_cast<const T*>(a.p.gn_weight);
   const T* gn_bias = static_cast<const T*>(a.p.gn_bias);
 
-  for (int64_t c = threadIdx.x; c < s.C_out; c += kThreads) {
+  // A warp per channel, two passes over its boxes' (mean, M2) (lane l takes boxes l, l + 32,
+  // ...; butterflies sum the lanes' parts): the channel's mean from the count-weighted sum,
+  // then M2 about it as the boxes' M2 plus count * (box mean - mean)^2. Every load of a pass
+  // is in flight at once, and no division but the mean's (one thread per channel walking its
+  // 44 boxes one dependent update after another took 26 us at the Conv3d headline).
+  const int lane = threadIdx.x % kWarpSize;
+  for (int64_t c = threadIdx.x / kWarpSize; c < s.C_out; c += kWarpsPerBlock) {
     const int64_t g = c / plan.c_out_g;
     const int64_t chunk = (c % plan.c_out_g) / cb;
     const int64_t local = (c % plan.c_out_g) % cb;
-    const int64_t first_tile = ((g * plan.chunks + chunk) * s.N + n) * plan.boxes;
-    norm::CountedMoments m{0.0, 0.0, 0.0};
-    for (int64_t box = 0; box < plan.boxes; ++box) {
-      const double2 t = a.partials[(first_tile + box) * cb + local];
-      m = norm::combine_parts(
-          m, norm::CountedMoments{static_cast<double>(box_count(plan, s, box)), t.x, t.y});
+    const double2* const parts =
+        a.partials + ((g * plan.chunks + chunk) * s.N + n) * plan.boxes * cb + local;
+    double count = 0.0, sum = 0.0;
+    for (int64_t box = lane; box < plan.boxes; box += kWarpSize) {
+      const double box_n = static_cast<double>(box_count(plan, s, box));
+      count += box_n;
+      sum += box_n * parts[box * cb].x;
     }
-    const double bias = conv_bias != nullptr ? ScalarOps<T>::to_double(conv_bias[c]) : 0.0;
-    channel_moments[c] = norm::Moments{m.mean + bias, m.m2};
-    static_cast<stat_t*>(a.p.channel_mean)[n * s.C_out + c] = static_cast<stat_t>(m.mean + bias);
+    const double mean = warp_allreduce_sum(sum) / warp_allreduce_sum(count);
+    double m2 = 0.0;
+    for (int64_t box = lane; box < plan.boxes; box += kWarpSize) {
+      const double2 part = parts[box * cb];
+      const double d = part.x - mean;
+      m2 += part.y + static_cast<double>(box_count(plan, s, box)) * d * d;
+    }
+    m2 = warp_allreduce_sum(m2);
+    if (lane == 0) {
+      const double bias = conv_bias != nullptr ? ScalarOps<T>::to_double(conv_bias[c]) : 0.0;
+      channel_moments[c] = norm::Moments{mean + bias, m2};
+      static_cast<stat_t*>(a.p.channel_mean)[n * s.C_out + c] = static_cast<stat_t>(mean + bias);
+    }
   }
   __syncthreads();
 
@@ -556,17 +773,9 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
       total += norm::group_norm_mean_channel_term(channel_moments[c].mean - m.mean, rstd, w, b);
     }
   }
-  reduce[threadIdx.x] = total;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) {
-      reduce[threadIdx.x] += reduce[threadIdx.x + stride];
-    }
-    __syncthreads();
-  }
+  const double2 sum = block_reduce_sum(make_double2(total, 0.0), reduce);
   if (threadIdx.x == 0) {
-    static_cast<T*>(a.p.out)[n] =
-        ScalarOps<T>::from_double(reduce[0] / static_cast<double>(s.C_out));
+    static_cast<T*>(a.p.out)[n] = ScalarOps<T>::from_double(sum.x / static_cast<double>(s.C_out));
   }
 }
 

@@ -38,7 +38,27 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 size_t round_up_16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
+// The smallest pitch >= `at_least`, a multiple of `multiple`, whose residue modulo 32 banks is
+// in [lo, hi].
+int64_t pitch_with_residue(int64_t at_least, int64_t multiple, int64_t lo, int64_t hi) {
+  int64_t p = (at_least + multiple - 1) / multiple * multiple;
+  while (p % 32 < lo || p % 32 > hi) {
+    p += multiple;
+  }
+  return p;
+}
+
 }  // namespace
+
+FootprintPitches footprint_pitches(int64_t FD, int64_t FH, int64_t FW, bool padded) {
+  if (!padded) {
+    return FootprintPitches{FW, FH * FW, FD * FH * FW};
+  }
+  const int64_t multiple = FW % 4 == 0 ? 4 : 1;
+  const int64_t row = pitch_with_residue(FW, multiple, 16, 20);
+  const int64_t plane = pitch_with_residue(FH * row, multiple, 16, 16);
+  return FootprintPitches{row, plane, pitch_with_residue(FD * plane, multiple, 24, 24)};
+}
 
 OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind dtype,
                                                 size_t smem_limit, bool tensor_cores) {
@@ -75,14 +95,17 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
     }
   }
 
-  // Shared memory before the footprint: the chunk's weights ([K][cb] values for the direct
-  // kernel; [k_pad][cb] (high, low) TF32 pairs for the tensor-core one) and the taps'
-  // offsets [k_pad]; after it, the reduction scratch of doubles.
+  // Shared memory: the chunk's weights ([K][cb] values for the direct kernel; [k_pad][cb]
+  // (high, low) TF32 pairs for the tensor-core one), the taps' offsets [k_pad], the footprint
+  // buffers (footprint_buffers of them), the reduction scratch, and the row table if any.
   const size_t weight_bytes =
       plan.tensor_cores ? plan.k_pad * plan.cb * 2 * sizeof(float) : plan.K * plan.cb * acc_bytes;
   plan.koff_offset = round_up_16(weight_bytes);
   plan.footprint_offset = plan.koff_offset + round_up_16(plan.k_pad * sizeof(int));
-  const size_t scratch_bytes = kOnePassScratchPerChannel * plan.cb * sizeof(double);
+  const size_t scratch_bytes = (plan.tensor_cores ? kOnePassTensorCoreScratchBytesPerChannel
+                                                  : kOnePassDirectScratchBytesPerChannel) *
+                               plan.cb;
+  plan.footprint_buffers = plan.tensor_cores ? 2 : 1;
   double best_cost = std::numeric_limits<double>::infinity();
   const int64_t tw_options[] = {std::min<int64_t>(s.Wo, 64), std::min<int64_t>(s.Wo, 32),
                                 std::min<int64_t>(s.Wo, 16), std::min<int64_t>(s.Wo, 8)};
@@ -92,13 +115,22 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
         const int64_t FD = (TD - 1) * s.stride[0] + (s.kD - 1) * s.dilation[0] + 1;
         const int64_t FH = (TH - 1) * s.stride[1] + (s.kH - 1) * s.dilation[1] + 1;
         const int64_t FW = (TW - 1) * s.stride[2] + (s.kW - 1) * s.dilation[2] + 1;
-        const int64_t footprint = plan.c_in_g * FD * FH * FW;
+        const FootprintPitches pitches = footprint_pitches(FD, FH, FW, plan.tensor_cores);
+        const int64_t footprint = plan.c_in_g * pitches.channel;
         // (Offsets into the footprint are 32-bit.)
         if (footprint >= (int64_t{1} << 30)) {
           continue;
         }
-        const size_t smem =
-            plan.footprint_offset + round_up_16(footprint * acc_bytes) + scratch_bytes;
+        const bool whole_rows =
+            dtype == ScalarKind::kFloat && boxes_are_whole_input_rows(s, FW, ceil_div(s.Wo, TW));
+        // The tensor-core kernel's table of the footprint's rows (whole rows only; x offsets
+        // within a conv group's channels in 32 bits).
+        const bool row_table =
+            plan.tensor_cores && whole_rows && plan.c_in_g * s.D * s.H * s.W < (int64_t{1} << 31);
+        const size_t row_table_bytes = row_table ? plan.c_in_g * FD * FH * sizeof(int) * 4 : 0;
+        const size_t smem = plan.footprint_offset +
+                            plan.footprint_buffers * round_up_16(footprint * acc_bytes) +
+                            scratch_bytes + row_table_bytes;
         if (smem > smem_limit) {
           continue;
         }
@@ -106,12 +138,10 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
         // Per box: the slots' multiply-adds, and the footprint's loads (a load ~ 8 of them;
         // where a float32 kernel loads whole input rows by 16-byte copies, a quarter of that;
         // at run time it also needs x 16-byte aligned).
-        const bool whole_rows =
-            dtype == ScalarKind::kFloat && boxes_are_whole_input_rows(s, FW, ceil_div(s.Wo, TW));
         const double load_cost = whole_rows ? 2.0 : 8.0;
-        const double cost =
-            static_cast<double>(boxes) * (static_cast<double>(plan.capacity * plan.K * plan.cb) +
-                                          load_cost * static_cast<double>(footprint));
+        const double cost = static_cast<double>(boxes) *
+                            (static_cast<double>(plan.capacity * plan.K * plan.cb) +
+                             load_cost * static_cast<double>(plan.c_in_g * FD * FH * FW));
         if (cost < best_cost) {
           best_cost = cost;
           plan.TD = TD;
@@ -120,7 +150,12 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
           plan.FD = FD;
           plan.FH = FH;
           plan.FW = FW;
+          plan.row_pitch = pitches.row;
+          plan.plane_pitch = pitches.plane;
+          plan.channel_pitch = pitches.channel;
           plan.footprint = footprint;
+          plan.footprint_bytes = round_up_16(footprint * acc_bytes);
+          plan.row_table_offset = row_table ? smem - row_table_bytes : 0;
           plan.smem_bytes = smem;
         }
       }
@@ -129,7 +164,7 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
   if (plan.TD == 0) {
     return plan;  // no box fits
   }
-  plan.scratch_offset = plan.smem_bytes - scratch_bytes;
+  plan.scratch_offset = plan.footprint_offset + plan.footprint_buffers * plan.footprint_bytes;
   plan.boxes_d = ceil_div(s.Do, plan.TD);
   plan.boxes_h = ceil_div(s.Ho, plan.TH);
   plan.boxes_w = ceil_div(s.Wo, plan.TW);

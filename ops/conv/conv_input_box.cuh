@@ -15,19 +15,33 @@ namespace fused_ops {
 namespace gpu {
 
 // A box of `channels` input channels x FD x FH x FW positions of one sample whose first element
-// is input position (id0, ih0, iw0) (negative where it starts in the padding).
+// is input position (id0, ih0, iw0) (negative where it starts in the padding), and its layout
+// in shared memory: row (channel, fd, fh) starts at element channel * channel_pitch +
+// fd * plane_pitch + fh * row_pitch; 0 means dense (FW, FH * FW, FD * FH * FW). (The
+// tensor-core forward pads them against bank conflicts: conv::footprint_pitches.)
 struct InputBox {
   int channels;
   int id0, ih0, iw0;
   int FD, FH, FW;
+  int row_pitch = 0, plane_pitch = 0, channel_pitch = 0;
+
+  __host__ __device__ int row_stride() const { return row_pitch > 0 ? row_pitch : FW; }
+  __host__ __device__ int plane_stride() const { return plane_pitch > 0 ? plane_pitch : FH * FW; }
+  __host__ __device__ int channel_stride() const {
+    return channel_pitch > 0 ? channel_pitch : FD * FH * FW;
+  }
+  // Where row (channel, fd, fh) starts.
+  __host__ __device__ int row_start(int channel, int fd, int fh) const {
+    return channel * channel_stride() + fd * plane_stride() + fh * row_stride();
+  }
 };
 
 // Walks the box by (channel, fd, fh) rows, rows along W so that warps read coalesced: a warp
 // takes 32 / FW rows at a time where they are that short (FW <= 16; lane l takes element
 // l % FW of row l / FW), else one, and the row indices advance by carries, not divisions.
-// put(i, src, inside) for box element i ([channel][fd][fh][fw] order), whose input is *src
-// where `inside` (else zero: the padding; src is then `sample`). `sample` points at the box's
-// first channel.
+// put(i, src, inside) for the box element at shared-memory index i (box.row_start(channel, fd,
+// fh) + fw), whose input is *src where `inside` (else zero: the padding; src is then
+// `sample`). `sample` points at the box's first channel.
 template <typename T, typename Put>
 __device__ __forceinline__ void walk_input_box(const T* __restrict__ sample,
                                                const conv::Conv3dShape& s, const InputBox& box,
@@ -56,7 +70,7 @@ __device__ __forceinline__ void walk_input_box(const T* __restrict__ sample,
     for (int fw = first_fw; fw < box.FW; fw += kWarpSize) {
       const int iw = box.iw0 + fw;
       const bool inside = row_inside && iw >= 0 && iw < W;
-      put(r * box.FW + fw, inside ? src + iw : sample, inside);
+      put(box.row_start(ci, fd, fh) + fw, inside ? src + iw : sample, inside);
     }
     fh += step;
     while (fh >= box.FH) {
@@ -96,7 +110,8 @@ __device__ __forceinline__ void load_input_box_async(const float* __restrict__ s
 }
 
 // The same where every box row is a whole input row, 16-byte aligned: FW == W, iw0 == 0, W a
-// multiple of 4 and at most 128, rows 16-byte aligned (the caller checks: full_input_rows).
+// multiple of 4 and at most 128, rows 16-byte aligned (the caller checks: full_input_rows; the
+// box's pitches are multiples of 4).
 // A row takes W / 4 lanes, each one 16-byte copy, so a warp moves 32 / (W / 4) rows per
 // instruction instead of one element per lane (the walk above issues ~75-90 instructions per
 // row). The plan prefers boxes that allow it (conv3d_group_norm_mean_onepass_plan.cpp):
@@ -114,29 +129,103 @@ __device__ __forceinline__ void load_full_input_rows_async(const float* __restri
   if (sub_row >= rows_per_warp_step) {
     return;  // lanes left over when W / 4 does not divide 32
   }
-  const int rows = box.channels * box.FD * box.FH;
+  // Row r = (ci * FD + fd) * FH + fh, its indices advanced by carries (two divisions per
+  // row were most of this loop's instructions).
   const int step = kWarpsPerBlock * rows_per_warp_step;
-  for (int r = (threadIdx.x / kWarpSize) * rows_per_warp_step + sub_row; r < rows; r += step) {
-    const int fh = r % box.FH;
-    const int plane = r / box.FH;  // channel * FD + fd
-    const int fd = plane % box.FD;
-    const int ci = plane / box.FD;
+  const int r0 = (threadIdx.x / kWarpSize) * rows_per_warp_step + sub_row;
+  int fh = r0 % box.FH;
+  int fd = (r0 / box.FH) % box.FD;
+  int ci = r0 / (box.FH * box.FD);
+  while (ci < box.channels) {
     const int id = box.id0 + fd;
     const int ih = box.ih0 + fh;
     const bool inside = id >= 0 && id < D && ih >= 0 && ih < H;
     const float* src = inside ? sample + (static_cast<int64_t>(ci) * D + id) * H * W +
                                     static_cast<int64_t>(ih) * W + 4 * v
                               : sample;
+    float* const dst_row = x_s + box.row_start(ci, fd, fh);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(x_s + r * W + 4 * v));
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(dst_row + 4 * v));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                  "r"(inside ? 16 : 0));
 #else
     const float4 value = inside ? *reinterpret_cast<const float4*>(src) : make_float4(0, 0, 0, 0);
-    *reinterpret_cast<float4*>(x_s + r * W + 4 * v) = value;
+    *reinterpret_cast<float4*>(dst_row + 4 * v) = value;
 #endif
+    fh += step;
+    while (fh >= box.FH) {
+      fh -= box.FH;
+      if (++fd == box.FD) {
+        fd = 0;
+        ++ci;
+      }
+    }
   }
 }
+
+// The same with the rows' index arithmetic done once per block instead of per box: every box
+// of a plan has the same shape, only its corner moves, so row r's (start in the box's layout,
+// offset in x from the box's corner, fd, fh) go to a table in shared memory
+// (fill_full_row_table, once; `table` rows = channels * FD * FH int4s), and each box's copies
+// read them back (the per-box row walk was ~20% of the tensor-core forward's instructions,
+// Nsight Compute at the Conv3d headline, H100, 2026-11-26). x offsets within the box's
+// channels in 32 bits (full_row_table_fits).
+__device__ __forceinline__ void fill_full_row_table(int4* table, const conv::Conv3dShape& s,
+                                                    const InputBox& shape) {
+  const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);
+  const int rows = shape.channels * shape.FD * shape.FH;
+  for (int r = threadIdx.x; r < rows; r += kThreads) {
+    const int fh = r % shape.FH;
+    const int fd = (r / shape.FH) % shape.FD;
+    const int ci = r / (shape.FH * shape.FD);
+    table[r] = make_int4(shape.row_start(ci, fd, fh), ((ci * D + fd) * H + fh) * W, fd, fh);
+  }
+}
+
+// A thread's share of those copies: rows first_row, first_row + step, ... of a box, its 16-byte
+// vector of each (the same for every box: set up once).
+struct FullRowCopies {
+  int first_row = 0, step = 1, vector = 0;
+  bool active = false;  // (lanes left over when W / 4 does not divide 32 copy nothing)
+
+  __device__ explicit FullRowCopies(const conv::Conv3dShape& s) {
+    // (Meaningful where boxes are whole input rows: W a multiple of 4, at most 128.)
+    const int vectors_per_row = max(static_cast<int>(s.W) / 4, 1);
+    const int rows_per_warp_step = max(kWarpSize / vectors_per_row, 1);
+    const int lane = threadIdx.x % kWarpSize;
+    const int sub_row = lane / vectors_per_row;
+    vector = lane % vectors_per_row;
+    active = sub_row < rows_per_warp_step;
+    step = kWarpsPerBlock * rows_per_warp_step;
+    first_row = (threadIdx.x / kWarpSize) * rows_per_warp_step + sub_row;
+  }
+
+  __device__ void load(const float* __restrict__ sample, float* x_s, const conv::Conv3dShape& s,
+                       const InputBox& box, const int4* table) const {
+    if (!active) {
+      return;
+    }
+    const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);
+    const int rows = box.channels * box.FD * box.FH;
+    // The box's corner row (input (id0, ih0), column 0 of its first channel), in x.
+    const int64_t corner = (static_cast<int64_t>(box.id0) * H + box.ih0) * W + 4 * vector;
+    for (int r = first_row; r < rows; r += step) {
+      const int4 row = table[r];
+      const bool inside = static_cast<unsigned>(box.id0 + row.z) < static_cast<unsigned>(D) &&
+                          static_cast<unsigned>(box.ih0 + row.w) < static_cast<unsigned>(H);
+      const float* src = inside ? sample + (corner + row.y) : sample;
+      float* const dst = x_s + row.x + 4 * vector;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                       static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+                   "l"(src), "r"(inside ? 16 : 0));
+#else
+      *reinterpret_cast<float4*>(dst) =
+          inside ? *reinterpret_cast<const float4*>(src) : make_float4(0, 0, 0, 0);
+#endif
+    }
+  }
+};
 
 // Whether load_full_input_rows_async can load every tile's box of a plan whose boxes have
 // FW x positions starting at input column iw0 (the same for every tile when one box spans the
@@ -172,16 +261,23 @@ __device__ __forceinline__ void load_footprint(const T* __restrict__ sample, acc
   }
 }
 
-// Offset of tap k = (ci, kd, kh, kw) (k < K) in an input box of FD x FH x FW positions per
-// channel, relative to the box element of an output position's first tap.
-__device__ __forceinline__ int tap_offset_in_box(int k, const conv::Conv3dShape& s, int64_t FD,
-                                                 int64_t FH, int64_t FW) {
+// Offset of tap k = (ci, kd, kh, kw) (k < K) in an input box laid out with these pitches
+// (InputBox), relative to the box element of an output position's first tap.
+__device__ __forceinline__ int tap_offset_in_layout(int k, const conv::Conv3dShape& s,
+                                                    int64_t row_pitch, int64_t plane_pitch,
+                                                    int64_t channel_pitch) {
   const int64_t ci = k / (s.kD * s.kH * s.kW);
   const int64_t kd = (k / (s.kH * s.kW)) % s.kD;
   const int64_t kh = (k / s.kW) % s.kH;
   const int64_t kw = k % s.kW;
-  return static_cast<int>(((ci * FD + kd * s.dilation[0]) * FH + kh * s.dilation[1]) * FW +
-                          kw * s.dilation[2]);
+  return static_cast<int>(ci * channel_pitch + kd * s.dilation[0] * plane_pitch +
+                          kh * s.dilation[1] * row_pitch + kw * s.dilation[2]);
+}
+
+// The same in a dense box of FD x FH x FW positions per channel.
+__device__ __forceinline__ int tap_offset_in_box(int k, const conv::Conv3dShape& s, int64_t FD,
+                                                 int64_t FH, int64_t FW) {
+  return tap_offset_in_layout(k, s, FW, FH * FW, FD * FH * FW);
 }
 
 }  // namespace gpu

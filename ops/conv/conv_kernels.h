@@ -65,7 +65,18 @@ struct OnePassPlan {
   int64_t capacity = 0;            // output positions a block computes per tile
   int64_t TD = 0, TH = 0, TW = 0;  // output box (TD * TH * TW <= capacity)
   int64_t FD = 0, FH = 0, FW = 0;  // its input footprint
-  int64_t footprint = 0;           // c_in_g * FD * FH * FW elements
+  // The footprint's layout in shared memory, in elements: the strides of fh, fd and the
+  // channel (footprint_pitches).
+  int64_t row_pitch = 0, plane_pitch = 0, channel_pitch = 0;
+  int64_t footprint = 0;  // c_in_g * channel_pitch elements
+  // Bytes of one footprint buffer (16-byte multiple), and how many the kernel keeps: the
+  // tensor-core kernel 2 (the next tile's loads while this one computes), the direct one 1.
+  size_t footprint_bytes = 0;
+  int footprint_buffers = 1;
+  // The tensor-core kernel's table of footprint rows where its boxes are whole input rows
+  // (conv_input_box.cuh: fill_full_row_table): c_in_g * FD * FH int4s at row_table_offset
+  // (0: none).
+  size_t row_table_offset = 0;
   int64_t boxes_d = 0, boxes_h = 0, boxes_w = 0, boxes = 0;  // boxes per sample
   int64_t tiles = 0;  // blocks' work items: N * groups * chunks * boxes
   // Shared memory, in bytes: the weights at 0, then the taps' offsets, the footprint, and the
@@ -73,6 +84,19 @@ struct OnePassPlan {
   size_t koff_offset = 0, footprint_offset = 0, scratch_offset = 0, smem_bytes = 0;
   size_t workspace_bytes = 0;
 };
+
+// The pitches of a footprint of FD x FH x FW elements per channel (OnePassPlan). Dense, except
+// for the tensor-core kernel (`padded`): there a warp's fragment loads read 8 consecutive
+// positions for each of 4 taps at once, and with pitches that are multiples of 32 (whole rows
+// of a 32-wide input) taps of different rows fall into the same banks: ~2-way conflicts on
+// average (Nsight Compute at the Conv3d headline, H100, 2026-11-26: 33% of the shared-load
+// wavefronts). Padded, the row pitch is 16-20 modulo 32, the plane pitch 16 and the channel
+// pitch 24 (chosen by simulating the kernel's loads over its box shapes: 1.95 -> 1.02
+// wavefronts per load at the headline's box). Multiples of 4 where FW is (16-byte copies).
+struct FootprintPitches {
+  int64_t row, plane, channel;
+};
+FootprintPitches footprint_pitches(int64_t FD, int64_t FH, int64_t FW, bool padded);
 
 // Whether the boxes of a one-pass plan are whole input rows, FW x positions from input column
 // 0 (one box spans the output's width, no padding along W): with x 16-byte aligned, the
@@ -90,8 +114,11 @@ constexpr int64_t kOnePassTensorCoreMaxReduction = 128;
 // positions each) and the tensor-core kernel's (8 warps, 4 m16 tiles each).
 constexpr int64_t kOnePassDirectCapacity = 1024;
 constexpr int64_t kOnePassTensorCoreCapacity = 512;
-// Doubles of reduction scratch per channel of a block (per-warp partials, total, tile mean).
-constexpr int64_t kOnePassScratchPerChannel = 10;
+// Reduction scratch per channel of a block, in bytes: the direct kernel's per-warp sums, total
+// and tile mean (10 doubles); the tensor-core kernel's per-warp (sum, shift, squares, count)
+// float4s, two tiles' worth (its pipeline).
+constexpr int64_t kOnePassDirectScratchBytesPerChannel = 10 * 8;
+constexpr int64_t kOnePassTensorCoreScratchBytesPerChannel = 2 * 8 * 16;
 
 // The plan for `s` in `dtype`, with at most `smem_limit` bytes of shared memory per block;
 // float32 takes the tensor-core kernel where `tensor_cores` (allowed, and compute capability
