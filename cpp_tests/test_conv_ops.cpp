@@ -290,7 +290,8 @@ TEST_CASE("one-pass conv3d_group_norm_mean plans at the headline", "[conv][cpu][
   REQUIRE(headline.row_table_offset != 0);
   CHECK(headline.row_table_offset ==
         headline.scratch_offset +
-            static_cast<size_t>(conv::kOnePassTensorCoreScratchBytesPerChannel * headline.cb));
+            static_cast<size_t>(conv::kOnePassTensorCoreScratchBytesPerChannel * headline.cb +
+                                conv::kOnePassTensorCoreScratchBytes));
   CHECK(headline.smem_bytes ==
         headline.row_table_offset +
             static_cast<size_t>(headline.c_in_g * headline.FD * headline.FH) * 16);

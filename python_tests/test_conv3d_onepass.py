@@ -337,12 +337,36 @@ def test_whole_row_loads_match_the_general_loads(shape):
 @requires_cuda
 def test_many_tiles_per_block():
     """More tiles than resident blocks, over every digit of the tile index (boxes along each
-    dim, samples, two channel chunks of two conv groups): each block steps through its tiles
-    by carries (onepass_tensor_core_kernel's TileDigits), not divisions."""
-    args = conv3d_args((40, 4, 20, 21, 22), 80, 3, 8, groups=2, device="cuda", requires_grad=False)
+    dim, W too: Wo = 68 takes two boxes; samples; channel chunks; two conv groups): each block
+    steps through its tiles by carries (onepass_tensor_core_kernel's TileDigits), not
+    divisions."""
+    args = conv3d_args((40, 4, 12, 13, 70), 80, 3, 8, groups=2, device="cuda", requires_grad=False)
     args[0] = torch.rand_like(args[0])
     path, _ = _check(args, torch.float32)
     assert path == "onepass"
+
+
+@requires_cuda
+def test_inputs_far_from_zero_as_accurate_as_eager():
+    """x = 50 + rand: each channel's conv output has a mean ~100x its spread. The tiles' M2
+    comes from deviations summed around each warp's mean (not from sum - count * mean, whose
+    rounding grows with the mean), so the output's error against float64 stays within 2x that
+    of eager's float32 convolution and GroupNorm (TF32 off)."""
+    args = conv3d_args((4, 3, 12, 14, 32), 24, 3, 8, device="cuda", requires_grad=False)
+    args[0] = 50.0 + torch.rand_like(args[0])
+    ref, _ = reference(OP, args)
+    x, w, b, stride, padding, dilation, groups, num_groups, gn_w, gn_b, eps = args
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        out = torch.ops.fused.conv3d_group_norm_mean(*args)
+        y = torch.nn.functional.conv3d(x, w, b, stride, padding, dilation, groups)
+        eager = torch.nn.functional.group_norm(y, num_groups, gn_w, gn_b, eps).mean(
+            dim=(1, 2, 3, 4)
+        )
+
+    def error(o):
+        return ((o.double() - ref).norm() / ref.norm()).item()
+
+    assert error(out) <= 2 * error(eager) + 1e-7, (error(out), error(eager))
 
 
 @requires_cuda

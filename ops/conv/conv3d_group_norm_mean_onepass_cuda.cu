@@ -432,9 +432,11 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 
 // A warp's moments of each channel the thread holds (channels nt * 8 + 2 * quad + e of its
 // rows (group, group + 8) of each m16 tile, acc[mt][nt][2 * h + e]) over the warp's valid rows
-// (`valid` bit 2 * mt + h; `count` of them in the warp): (sum, shift, sum of squared deviations
-// from shift, count) with shift = sum / count in float, the same in every lane holding the
-// channel. kAllValid: every row is valid (no masks).
+// (`valid` bit 2 * mt + h; `count` of them in the warp), in two passes: the sum gives
+// shift = sum / count, then (sum of (y - shift), shift, sum of (y - shift)^2, count), the same
+// in every lane holding the channel. (The deviations' sum, not sum - count * shift: the float
+// sum's rounding is relative to |mean|, and the latter would carry it into M2, ~1e-5 of it
+// where |mean| = 1000 std.) kAllValid: every row is valid (no masks).
 template <int MT, int NT, bool kAllValid>
 __device__ __forceinline__ void warp_channel_moments(const float (&acc)[MT][NT][4], unsigned valid,
                                                      int count, float4 (&moments)[NT][2]) {
@@ -460,26 +462,28 @@ __device__ __forceinline__ void warp_channel_moments(const float (&acc)[MT][NT][
           sum += row_valid(mt, h) ? acc[mt][nt][2 * h + e] : 0.0f;
         }
       }
-      sum = sum_over_rows(sum);
-      const float shift = sum * inv_count;
-      float squares = 0.0f;
+      const float shift = sum_over_rows(sum) * inv_count;
+      float deviations = 0.0f, squares = 0.0f;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const float d = row_valid(mt, h) ? acc[mt][nt][2 * h + e] - shift : 0.0f;
+          deviations += d;
           squares = fmaf(d, d, squares);
         }
       }
-      moments[nt][e] = make_float4(sum, shift, sum_over_rows(squares), static_cast<float>(count));
+      moments[nt][e] = make_float4(sum_over_rows(deviations), shift, sum_over_rows(squares),
+                                   static_cast<float>(count));
     }
   }
 }
 
-// The tile's (mean, M2) of channel c from its warps' (sum, shift, squares, count) (`warps`:
-// [kWarpsPerBlock][cb]), in double, in warp order: the mean from the total sum, and M2 about
-// it from each warp's squares about its shift d = shift - mean away:
-//   sum over the warp's y of (y - mean)^2 = squares + d * (2 * (sum - count * shift) + count * d)
+// The tile's (mean, M2) of channel c from its warps' (deviations, shift, squares, count)
+// (`warps`: [kWarpsPerBlock][cb]), in double, in warp order: the mean from the total sum
+// (count * shift + deviations per warp), and M2 about it from each warp's squares about its
+// shift, d = shift - mean away:
+//   sum over the warp's y of (y - mean)^2 = squares + d * (2 * deviations + count * d)
 // (no division but the mean's; an empty warp adds nothing).
 __device__ __forceinline__ double2 tile_channel_moments(const float4* warps, int c, int cb) {
   double count = 0.0, sum = 0.0;
@@ -487,7 +491,7 @@ __device__ __forceinline__ double2 tile_channel_moments(const float4* warps, int
   for (int w = 0; w < kWarpsPerBlock; ++w) {
     const float4 m = warps[w * cb + c];
     count += m.w;
-    sum += m.x;
+    sum += static_cast<double>(m.w) * m.y + m.x;
   }
   const double mean = sum / count;
   double m2 = 0.0;
@@ -495,11 +499,21 @@ __device__ __forceinline__ double2 tile_channel_moments(const float4* warps, int
   for (int w = 0; w < kWarpsPerBlock; ++w) {
     const float4 m = warps[w * cb + c];
     const double d = static_cast<double>(m.y) - mean;
-    const double n = m.w;
-    m2 += static_cast<double>(m.z) +
-          d * (2.0 * (static_cast<double>(m.x) - n * static_cast<double>(m.y)) + n * d);
+    m2 += static_cast<double>(m.z) + d * (2.0 * static_cast<double>(m.x) + m.w * d);
   }
   return make_double2(mean, m2 < 0.0 ? 0.0 : m2);  // (keeps NaN)
+}
+
+// The sum of v over the warp (every lane gets it).
+__device__ __forceinline__ int warp_sum(int v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_add_sync(0xffffffffu, v);
+#else
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+#endif
 }
 
 // Fragment layouts of mma.m16n8k8 (PTX ISA), lane = 4 * group + quad:
@@ -590,33 +604,36 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
   // 263 vs 255 us at the Conv3d headline, H100, 2026-11-26.) The weights stay from one tile to
   // the next of the same chunk.
   int64_t loaded_chunk = -1;  // whose weights b_s holds
-  // gridDim.x as digits, in shared memory (block-uniform; registers are the limit here).
-  __shared__ TileDigits stride;
+  // gridDim.x as digits, in shared memory (block-uniform; registers are the limit here), after
+  // the warps' moments (kOnePassTensorCoreScratchBytes).
+  TileDigits* const stride = reinterpret_cast<TileDigits*>(
+      smem + plan.scratch_offset + conv::kOnePassTensorCoreScratchBytesPerChannel * CB);
+  static_assert(sizeof(TileDigits) <= conv::kOnePassTensorCoreScratchBytes, "the plan's bytes");
   if (threadIdx.x == 0) {
-    stride = tile_digits(gridDim.x, plan, s);
+    *stride = tile_digits(gridDim.x, plan, s);
   }
-  TileDigits next_digits = tile_digits(blockIdx.x, plan, s);
-  Tile next = tile_of(next_digits, plan, s, CB);
-  __syncthreads();  // koff_s and the row table
+  TileDigits digits = tile_digits(blockIdx.x, plan, s);  // this round's tile
+  __syncthreads();                                       // koff_s, the row table and the stride
   if (blockIdx.x < plan.tiles) {
-    load_tile_footprint(next, 0);
+    load_tile_footprint(tile_of(digits, plan, s, CB), 0);
   }
   cp_async_wait_all();
   __syncthreads();
   int buffer = 0;
   int round = 0;  // the block's tiles so far
   for (int64_t tile = blockIdx.x; tile < plan.tiles; tile += gridDim.x, buffer ^= 1, ++round) {
-    const Tile t = next;
+    const Tile t = tile_of(digits, plan, s, CB);
     if (t.chunk != loaded_chunk) {
       // (Every warp passed the barrier that ended the previous tile: b_s is free.)
       load_weights(t);
       loaded_chunk = t.chunk;
       __syncthreads();
     }
+    // (Only the digits stay live across the products: the next tile's coordinates are
+    // recomputed from them, for its footprint now and for its products next round.)
+    advance_tile(digits, *stride, plan, s);
     if (tile + gridDim.x < plan.tiles) {
-      advance_tile(next_digits, stride, plan, s);
-      next = tile_of(next_digits, plan, s, CB);
-      load_tile_footprint(next, buffer ^ 1);
+      load_tile_footprint(tile_of(digits, plan, s, CB), buffer ^ 1);
     }
 
     unsigned valid = 0;  // bit 2 * mt + h: row h of tile mt is an output position
@@ -671,12 +688,12 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
     // Per-channel moments of the box's valid positions, two passes within each warp (no block
     // barrier between them): the warp's sums, then its squared deviations from the warp's mean,
     // in float (the thread's 8 rows, then butterflies over the 8 lanes holding a channel: lane
-    // bits 2-4); then thread c < CB combines the 8 warps' moments in double, in warp order.
-    // This thread holds channels nt * 8 + 2 * quad + e of rows (group, group + 8) of each tile.
-    // (The block-wide two passes in double this replaces were ~40% of the kernel's
-    // instructions.) A warp whose 64 rows are all output positions skips the masks.
-    const int warp_count = __reduce_add_sync(0xffffffffu, quad == 0 ? __popc(valid) : 0);
-    float4 moments[NT][2];  // (sum, shift, sum of squared deviations from shift, count)
+    // bits 2-4); after the barrier, one warp combines the 8 warps' moments in double, in warp
+    // order (tile_channel_moments). This thread holds channels nt * 8 + 2 * quad + e of rows
+    // (group, group + 8) of each tile. (The block-wide two passes in double this replaces were ~40%
+    // of the kernel's instructions.) A warp whose 64 rows are all output positions skips the masks.
+    const int warp_count = warp_sum(quad == 0 ? __popc(valid) : 0);
+    float4 moments[NT][2];  // (deviations, shift, squares, count): warp_channel_moments
     if (warp_count == MT * 16) {
       warp_channel_moments<MT, NT, true>(acc, valid, warp_count, moments);
     } else {

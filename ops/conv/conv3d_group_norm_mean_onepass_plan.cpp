@@ -102,9 +102,10 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
       plan.tensor_cores ? plan.k_pad * plan.cb * 2 * sizeof(float) : plan.K * plan.cb * acc_bytes;
   plan.koff_offset = round_up_16(weight_bytes);
   plan.footprint_offset = plan.koff_offset + round_up_16(plan.k_pad * sizeof(int));
-  const size_t scratch_bytes = (plan.tensor_cores ? kOnePassTensorCoreScratchBytesPerChannel
-                                                  : kOnePassDirectScratchBytesPerChannel) *
-                               plan.cb;
+  const size_t scratch_bytes =
+      plan.tensor_cores
+          ? kOnePassTensorCoreScratchBytesPerChannel * plan.cb + kOnePassTensorCoreScratchBytes
+          : kOnePassDirectScratchBytesPerChannel * plan.cb;
   plan.footprint_buffers = plan.tensor_cores ? 2 : 1;
   double best_cost = std::numeric_limits<double>::infinity();
   const int64_t tw_options[] = {std::min<int64_t>(s.Wo, 64), std::min<int64_t>(s.Wo, 32),
@@ -123,10 +124,11 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
         }
         const bool whole_rows =
             dtype == ScalarKind::kFloat && boxes_are_whole_input_rows(s, FW, ceil_div(s.Wo, TW));
-        // The tensor-core kernel's table of the footprint's rows (whole rows only; x offsets
-        // within a conv group's channels in 32 bits).
+        // The tensor-core kernel's table of the footprint's rows (whole rows only; the rows'
+        // x offsets from the box's corner, ((ci * D + fd) * H + fh) * W, in 32 bits).
         const bool row_table =
-            plan.tensor_cores && whole_rows && plan.c_in_g * s.D * s.H * s.W < (int64_t{1} << 31);
+            plan.tensor_cores && whole_rows &&
+            (((plan.c_in_g - 1) * s.D + FD - 1) * s.H + FH - 1) * s.W < (int64_t{1} << 31);
         const size_t row_table_bytes = row_table ? plan.c_in_g * FD * FH * sizeof(int) * 4 : 0;
         const size_t smem = plan.footprint_offset +
                             plan.footprint_buffers * round_up_16(footprint * acc_bytes) +

@@ -169,7 +169,7 @@ __device__ __forceinline__ void load_full_input_rows_async(const float* __restri
 // (fill_full_row_table, once; `table` rows = channels * FD * FH int4s), and each box's copies
 // read them back (the per-box row walk was ~20% of the tensor-core forward's instructions,
 // Nsight Compute at the Conv3d headline, H100, 2026-11-26). x offsets within the box's
-// channels in 32 bits (full_row_table_fits).
+// channels in 32 bits (the plan checks them: OnePassPlan::row_table_offset).
 __device__ __forceinline__ void fill_full_row_table(int4* table, const conv::Conv3dShape& s,
                                                     const InputBox& shape) {
   const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);

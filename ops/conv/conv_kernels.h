@@ -79,8 +79,8 @@ struct OnePassPlan {
   size_t row_table_offset = 0;
   int64_t boxes_d = 0, boxes_h = 0, boxes_w = 0, boxes = 0;  // boxes per sample
   int64_t tiles = 0;  // blocks' work items: N * groups * chunks * boxes
-  // Shared memory, in bytes: the weights at 0, then the taps' offsets, the footprint, and the
-  // reduction scratch.
+  // Shared memory, in bytes: the weights at 0, then the taps' offsets, the footprint buffers,
+  // the reduction scratch, and the row table if any.
   size_t koff_offset = 0, footprint_offset = 0, scratch_offset = 0, smem_bytes = 0;
   size_t workspace_bytes = 0;
 };
@@ -115,10 +115,13 @@ constexpr int64_t kOnePassTensorCoreMaxReduction = 128;
 constexpr int64_t kOnePassDirectCapacity = 1024;
 constexpr int64_t kOnePassTensorCoreCapacity = 512;
 // Reduction scratch per channel of a block, in bytes: the direct kernel's per-warp sums, total
-// and tile mean (10 doubles); the tensor-core kernel's per-warp (sum, shift, squares, count)
-// float4s, two tiles' worth (its pipeline).
+// and tile mean (10 doubles); the tensor-core kernel's per-warp (sum of deviations, shift,
+// squares, count) float4s, two tiles' worth (its pipeline), after which it keeps the digits of
+// its tile stride (kOnePassTensorCoreScratchBytes; all of its shared memory is dynamic, so
+// that the plan counts every byte).
 constexpr int64_t kOnePassDirectScratchBytesPerChannel = 10 * 8;
 constexpr int64_t kOnePassTensorCoreScratchBytesPerChannel = 2 * 8 * 16;
+constexpr int64_t kOnePassTensorCoreScratchBytes = 32;
 
 // The plan for `s` in `dtype`, with at most `smem_limit` bytes of shared memory per block;
 // float32 takes the tensor-core kernel where `tensor_cores` (allowed, and compute capability
