@@ -92,7 +92,8 @@ struct OnePassPlan {
 // average (Nsight Compute at the Conv3d headline, H100, 2026-11-26: 33% of the shared-load
 // wavefronts). Padded, the row pitch is 16-20 modulo 32, the plane pitch 16 and the channel
 // pitch 24 (chosen by simulating the kernel's loads over its box shapes: 1.95 -> 1.02
-// wavefronts per load at the headline's box). Multiples of 4 where FW is (16-byte copies).
+// wavefronts per load at the headline's box; its kernel 285 -> 283 us: the loads were not what
+// bound it). Multiples of 4 where FW is (16-byte copies).
 struct FootprintPitches {
   int64_t row, plane, channel;
 };
