@@ -36,6 +36,20 @@ struct InputBox {
   }
 };
 
+// Moves row (ci, fd, fh) of a box `rows` rows on (row index (ci * FD + fd) * FH + fh), by
+// carries, not divisions: the loaders walk a block's rows with a fixed stride.
+__device__ __forceinline__ void advance_box_row(int& ci, int& fd, int& fh, int rows,
+                                                const InputBox& box) {
+  fh += rows;
+  while (fh >= box.FH) {
+    fh -= box.FH;
+    if (++fd == box.FD) {
+      fd = 0;
+      ++ci;
+    }
+  }
+}
+
 // Walks the box by (channel, fd, fh) rows, rows along W so that warps read coalesced: a warp
 // takes 32 / FW rows at a time where they are that short (FW <= 16; lane l takes element
 // l % FW of row l / FW), else one, and the row indices advance by carries, not divisions.
@@ -56,12 +70,12 @@ __device__ __forceinline__ void walk_input_box(const T* __restrict__ sample,
     return;  // lanes left over when FW does not divide 32
   }
   const int step = kWarpsPerBlock * rows_per_warp;
-  int r = warp * rows_per_warp + sub_row;
+  const int r = warp * rows_per_warp + sub_row;  // its first row
   int fh = r % box.FH;
   int plane = r / box.FH;  // channel * FD + fd
   int fd = plane % box.FD;
   int ci = plane / box.FD;
-  for (; ci < box.channels; r += step) {
+  while (ci < box.channels) {
     const int id = box.id0 + fd;
     const int ih = box.ih0 + fh;
     const bool row_inside = id >= 0 && id < D && ih >= 0 && ih < H;
@@ -72,14 +86,7 @@ __device__ __forceinline__ void walk_input_box(const T* __restrict__ sample,
       const bool inside = row_inside && iw >= 0 && iw < W;
       put(box.row_start(ci, fd, fh) + fw, inside ? src + iw : sample, inside);
     }
-    fh += step;
-    while (fh >= box.FH) {
-      fh -= box.FH;
-      if (++fd == box.FD) {
-        fd = 0;
-        ++ci;
-      }
-    }
+    advance_box_row(ci, fd, fh, step, box);
   }
 }
 
@@ -152,14 +159,7 @@ __device__ __forceinline__ void load_full_input_rows_async(const float* __restri
     const float4 value = inside ? *reinterpret_cast<const float4*>(src) : make_float4(0, 0, 0, 0);
     *reinterpret_cast<float4*>(dst_row + 4 * v) = value;
 #endif
-    fh += step;
-    while (fh >= box.FH) {
-      fh -= box.FH;
-      if (++fd == box.FD) {
-        fd = 0;
-        ++ci;
-      }
-    }
+    advance_box_row(ci, fd, fh, step, box);
   }
 }
 
