@@ -240,12 +240,20 @@ def main(argv=None):
     if hasattr(fo, "split_tf32_conv_kernel"):
         # Which kernel runs the float32-grade convolutions (ConvTranspose3d, TF32 off).
         env["split_tf32_conv_kernel"] = fo.split_tf32_conv_kernel(device)
+    if hasattr(fo, "onepass_products_kernel"):
+        # Which instructions run the Conv3d one-pass forward's products (float32).
+        env["onepass_products_kernel"] = fo.onepass_products_kernel(device)
     log(
         f"device: {env['device_name']} | torch {env['torch']} | cuda {env['cuda']} | "
         f"cudnn {env['cudnn']} | fused_ops: {fused_info['source']} ({fused_info['library']})"
         + (
             f" | split-TF32 convolution: {env['split_tf32_conv_kernel']}"
             if env.get("split_tf32_conv_kernel")
+            else ""
+        )
+        + (
+            f" | one-pass products: {env['onepass_products_kernel']}"
+            if env.get("onepass_products_kernel")
             else ""
         )
     )

@@ -124,7 +124,8 @@ def report_phases(model, x, op_args) -> None:
 
 def report_forward_kernels(model, x) -> None:
     """The forward without autograd on 4 rotating inputs: kernel times over 20 calls, time
-    per call (3 x 50 calls), relative L2 error of out against float64, bitwise repeat."""
+    per call (3 x 50 calls), relative L2 error of out against float64, bitwise repeat; which
+    instructions run its products (FUSED_OPS_ONEPASS_WGMMA=0 switches wgmma off)."""
     from torch.profiler import ProfilerActivity, profile
 
     from fused_ops import reference
@@ -136,8 +137,9 @@ def report_forward_kernels(model, x) -> None:
         out = model(xs[0])
         ref = exact(xs[0].double())
         error = ((out.double() - ref).norm() / ref.norm()).item()
-        print(f"forward: relative L2 error vs float64 {error:.3e}, "
-              f"bitwise repeat {torch.equal(out, model(xs[0]))}")  # fmt: skip
+        repeat = torch.equal(out, model(xs[0]))
+        print(f"forward ({fused_ops.onepass_products_kernel()} products): relative L2 error "
+              f"vs float64 {error:.3e}, bitwise repeat {repeat}")  # fmt: skip
         for _ in range(5):
             model(xs[0])
         torch.cuda.synchronize()

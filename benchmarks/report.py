@@ -335,6 +335,11 @@ def render_text(doc, results):
             if env.get("split_tf32_conv_kernel")
             else ""
         )
+        + (
+            f" | one-pass products: {env['onepass_products_kernel']}"
+            if env.get("onepass_products_kernel")
+            else ""
+        )
     )
     bar = "=" * 20
     lines = [

@@ -285,6 +285,18 @@ TEST_CASE("one-pass conv3d_group_norm_mean plans at the headline", "[conv][cpu][
   CHECK(headline.footprint_buffers == 2);
   CHECK(headline.footprint_bytes == static_cast<size_t>(headline.footprint) * 4);
   CHECK(headline.koff_offset >= static_cast<size_t>(headline.k_pad * headline.cb * 2 * 4));
+  // The weights' region holds either layout of the tensor-core kernel's split weights:
+  // mma.sync's fragments, or wgmma's B tiles (per part, ceil(k_pad / 32) blocks of cb rows of
+  // 128 bytes) from the first 1024-byte boundary past its 16-byte aligned start.
+  for (int64_t k_pad = 8; k_pad <= conv::kOnePassTensorCoreMaxReduction; k_pad += 8) {
+    for (const int64_t cb : {8, 16, 24}) {
+      const size_t bytes = conv::onepass_tensor_core_weight_bytes(k_pad, cb);
+      CHECK(bytes >= static_cast<size_t>(k_pad * cb * 2 * 4));
+      CHECK(bytes >= static_cast<size_t>((k_pad + 31) / 32 * cb * 2 * 128) + 1008);
+    }
+  }
+  CHECK(headline.koff_offset >=
+        conv::onepass_tensor_core_weight_bytes(headline.k_pad, headline.cb));
   CHECK(headline.footprint_offset >= headline.koff_offset + headline.k_pad * 4);
   CHECK(headline.scratch_offset == headline.footprint_offset + 2 * headline.footprint_bytes);
   REQUIRE(headline.row_table_offset != 0);

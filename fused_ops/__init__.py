@@ -42,6 +42,7 @@ __all__ = [
     "has_cuda_kernels",
     "dispatch_path",
     "split_tf32_conv_kernel",
+    "onepass_products_kernel",
     "relu_group_norm",
     "group_norm_mean",
     "conv_transpose3d_relu_group_norm",
@@ -157,6 +158,20 @@ def split_tf32_conv_kernel(device: Union[str, torch.device, None] = None) -> str
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return torch.ops.fused._split_tf32_conv_kernel(torch.empty(0, device=device))
+
+
+def onepass_products_kernel(device: Union[str, torch.device, None] = None) -> str:
+    """Which instructions run the float32 products of ``conv3d_group_norm_mean``'s one-pass
+    forward (the ``"onepass"`` path of ``dispatch_path`` without autograd) on ``device``
+    (default: the current CUDA device): ``"wgmma"`` (Hopper's warpgroup tensor-core
+    instructions, compute capability 9.0, unless the environment variable
+    ``FUSED_OPS_ONEPASS_WGMMA=0`` is set before the first call), ``"mma_sync"`` (other GPUs of
+    compute capability 8.0+), or ``""`` (the CPU, a build without CUDA, older GPUs: every dtype
+    runs the direct kernel there). A debug query, like ``dispatch_path``.
+    """
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return torch.ops.fused._conv3d_onepass_products_kernel(torch.empty(0, device=device))
 
 
 # ---------------------------------------------------------------------------------------

@@ -5,7 +5,10 @@ every dtype, what training saves, and determinism."""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -344,6 +347,71 @@ def test_many_tiles_per_block():
     args[0] = torch.rand_like(args[0])
     path, _ = _check(args, torch.float32)
     assert path == "onepass"
+
+
+@requires_cuda
+@pytest.mark.parametrize(
+    "c_in,kernel,c_out",
+    [(4, (2, 2, 2), 40), (11, (1, 1, 3), 16), (4, (3, 3, 3), 24), (2, (4, 4, 4), 8)],
+    ids=["K32", "K33", "K108", "K128"],
+)
+def test_reductions_across_weight_blocks(c_in, kernel, c_out):
+    """Reductions of 32, 33, 108 and 128 taps (the tensor-core kernel's largest): on wgmma the
+    weights sit in blocks of 32 taps, and the k steps walk from one block into the next;
+    8, 16 and 24 channels a chunk (c_out 40 takes two chunks)."""
+    args = conv3d_args((2, c_in, 7, 9, 12), c_out, kernel, 8, device="cuda", requires_grad=False)
+    args[0] = torch.rand_like(args[0]) - 0.25
+    path, _ = _check(args, torch.float32)
+    assert path == "onepass"
+
+
+@requires_cuda
+def test_products_kernel_query():
+    """Hopper (compute capability 9.0) runs the float32 forward's products on wgmma unless it is
+    switched off; other GPUs with tensor cores on mma.sync; the CPU neither."""
+    kernel = fused_ops.onepass_products_kernel()
+    capability = torch.cuda.get_device_capability()
+    if capability == (9, 0) and os.environ.get("FUSED_OPS_ONEPASS_WGMMA") != "0":
+        assert kernel == "wgmma"
+    elif capability >= (8, 0):
+        assert kernel == "mma_sync"
+    assert torch.ops.fused._conv3d_onepass_products_kernel(torch.empty(0)) == ""
+
+
+_MMA_SYNC_SCRIPT = """
+import sys, torch, fused_ops
+sys.path.insert(0, {tests!r})
+import test_conv3d_onepass as t
+assert fused_ops.onepass_products_kernel() == "mma_sync", fused_ops.onepass_products_kernel()
+for seed in range(12):
+    t.test_random_problems(seed, torch.float32)
+for case in [(4, (2, 2, 2), 40), (11, (1, 1, 3), 16), (4, (3, 3, 3), 24), (2, (4, 4, 4), 8)]:
+    t.test_reductions_across_weight_blocks(*case)
+for shape in [(2, 3, 5, 6, 8), (1, 4, 6, 5, 32), (2, 2, 4, 4, 12)]:
+    t.test_whole_row_loads_match_the_general_loads(shape)
+t.test_many_tiles_per_block()
+t.test_inputs_far_from_zero_as_accurate_as_eager()
+t.test_deterministic_and_layouts(torch.float32)
+print("ok")
+"""
+
+
+@requires_cuda
+def test_mma_sync_products_where_wgmma_runs():
+    """Where the products run on wgmma, the mma.sync ones (what other GPUs run) pass the same
+    float32 checks: in a subprocess with FUSED_OPS_ONEPASS_WGMMA=0 (read once per process)."""
+    if fused_ops.onepass_products_kernel() != "wgmma":
+        pytest.skip("the products do not run on wgmma here: the other tests run mma.sync")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, FUSED_OPS_ONEPASS_WGMMA="0")
+    r = subprocess.run(
+        [sys.executable, "-c", _MMA_SYNC_SCRIPT.format(tests=tests)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
 
 
 @requires_cuda

@@ -65,6 +65,7 @@ TORCH_LIBRARY_IMPL(fused, CompositeImplicitAutograd, m) {
          TORCH_FN(conv::conv_transpose3d_relu_group_norm_path));
   m.impl("_conv3d_group_norm_mean_path", TORCH_FN(conv::conv3d_group_norm_mean_path));
   m.impl("_split_tf32_conv_kernel", TORCH_FN(conv::split_tf32_conv_kernel));
+  m.impl("_conv3d_onepass_products_kernel", TORCH_FN(conv::conv3d_onepass_products_kernel));
 }
 
 }  // namespace fused_ops

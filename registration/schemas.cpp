@@ -85,4 +85,7 @@ TORCH_LIBRARY(fused, m) {
   // Which kernel runs the float32-grade (split-TF32) convolution on input's device: "wgmma",
   // "mma_sync", or "" where that path cannot run.
   def("_split_tf32_conv_kernel", "(Tensor input)", "str");
+  // Which instructions run the float32 products of conv3d_group_norm_mean's one-pass forward on
+  // input's device: "wgmma", "mma_sync", or "".
+  def("_conv3d_onepass_products_kernel", "(Tensor input)", "str");
 }

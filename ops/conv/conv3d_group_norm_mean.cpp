@@ -50,6 +50,19 @@ const OnePassCudaKernel* onepass_kernel(const at::Tensor& input,
   return kernel->supported(params) ? kernel : nullptr;
 }
 
+}  // namespace
+
+std::string conv3d_onepass_products_kernel(const at::Tensor& input) {
+  const OnePassCudaKernel* kernel = FUSED_OPS_CUDA_KERNEL(conv3d_group_norm_mean_onepass_cuda);
+  if (kernel == nullptr || !input.is_cuda()) {
+    return "";
+  }
+  const c10::DeviceGuard device_guard(input.device());
+  return kernel->products_kernel();
+}
+
+namespace {
+
 // The one-pass forward: (output, mean, rstd, channel_mean), the convolution's output never
 // written.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> onepass_forward(

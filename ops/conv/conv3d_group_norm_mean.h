@@ -52,6 +52,12 @@ std::string conv3d_group_norm_mean_path(const at::Tensor& input, const at::Tenso
                                         const c10::optional<at::Tensor>& gn_weight,
                                         const c10::optional<at::Tensor>& gn_bias, double eps);
 
+// Which instructions run the float32 products of the one-pass forward (path "onepass", no
+// autograd) on input's device: "wgmma", "mma_sync", or "" (the CPU, a build without CUDA, a
+// GPU without tensor cores: conv_kernels.h, OnePassCudaKernel::products_kernel). A debug
+// query, fused::_conv3d_onepass_products_kernel.
+std::string conv3d_onepass_products_kernel(const at::Tensor& input);
+
 // The one-pass training path (CUDA, the problems of the one-pass kernels' family: see
 // conv_kernels.h): the forward saves only per-(n, g) and per-(n, c) statistics, and the
 // backward recomputes the convolution's output where it needs it. The Autograd kernel takes it

@@ -15,15 +15,17 @@
 //      * computes the convolution of the box in registers, an implicit GEMM of the box's
 //        positions (M) by the chunk's channels (N) over the K = C_in/groups * kD * kH * kW
 //        taps, each operand element read from the footprint at its tap's precomputed offset:
-//          - float32 (tensor_cores): mma.sync m16n8k8 on split TF32 ("3xTF32": each operand
-//            is a high TF32 part plus a TF32 remainder, and a * b = a_hi b_hi + a_hi b_lo +
-//            a_lo b_hi, the dropped a_lo b_lo being ~2^-22 of it), float32 accumulation:
-//            float32-grade products at tensor-core speed. Each warp owns 4 m16 tiles (64
-//            positions) and all cb channels; the weights sit in shared memory already split
-//            and in fragment order (one 16-byte load per n8 tile and k step); 512 positions
-//            a tile. The next tile's footprint loads into a second buffer meanwhile (whole
-//            input rows through a table of the rows' offsets, set up once), laid out with
-//            padded pitches against bank conflicts (conv::footprint_pitches);
+//          - float32 (tensor_cores): split TF32 ("3xTF32": each operand is a high TF32 part
+//            plus a TF32 remainder, and a * b = a_hi b_hi + a_hi b_lo + a_lo b_hi, the
+//            dropped a_lo b_lo being ~2^-22 of it), float32 accumulation: float32-grade
+//            products at tensor-core speed. Each warp owns 4 m16 tiles (64 positions) and all
+//            cb channels; 512 positions a tile. The products: on Hopper (the file's sm_90a
+//            image) one wgmma.m64nCBk8 per warpgroup, m16 row and term, the weights in shared
+//            memory as its B tiles; elsewhere mma.sync m16n8k8 per warp, n8 tile and term,
+//            the weights already in fragment order (one 16-byte load per n8 tile and k step).
+//            The next tile's footprint loads into a second buffer meanwhile (whole input rows
+//            through a table of the rows' offsets, set up once), laid out with padded
+//            pitches against bank conflicts (conv::footprint_pitches);
 //          - other dtypes (direct kernel): each thread owns 8 positions and half of the cb
 //            channels, and per tap loads its 8 inputs and the channels' weights (16-byte
 //            broadcasts) for an outer product of multiply-adds in the accumulation type
@@ -52,6 +54,10 @@
 #include "norm/group_norm_math.h"
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
 
 namespace fused_ops {
 namespace gpu {
@@ -430,6 +436,89 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 #endif
 }
 
+// ---- Hopper's warpgroup products (wgmma; the file's sm_90a image only).
+//
+// The same split-TF32 products, issued by each warpgroup (4 warps) as one wgmma.m64nCBk8 per
+// m16 row of its warps' tiles and product term, instead of NT mma.sync m16n8k8 per warp: a
+// third of the tensor instructions, at 1.5x mma.sync's TF32 rate (1024 vs ~680 multiply-adds
+// per cycle and SM; Nsight Compute measured the full rate while the pipe is busy, n = 24
+// included). A (the footprint's
+// values, split) comes from registers, in mma.sync's A fragment layout (warp w of the
+// warpgroup gives rows 16 w .. 16 w + 15 of the m64 tile: here its m16 tile mt's rows), and
+// the accumulators come back in mma.sync's D layout per n8 tile, so the rows a thread holds
+// and the epilogue are those of the mma.sync kernel. The tensor cores accumulate a tile's
+// whole reduction (3 * k_pad / 8 instructions per output: 33 at the Conv3d headline, 48 at
+// most). Their float32 accumulation drifts toward zero by about half an ulp per instruction
+// (split_tf32_wgmma_conv3d.cuh, whose 648 per output needed per-block sums); over 33 it did
+// not show: the headline output's error against float64 was 7.056e-6 on wgmma, 7.057e-6 on
+// mma.sync (H100, 2026-11-26), and the tests hold both to the same tolerances (K = 128
+// included). Measured: 216 -> 189 us at the Conv3d headline. B (the chunk's weights, split) is read
+// by the tensor cores from shared memory: per part (high, low) and 32-tap block, cb rows of
+// 32 taps (K-major), 128-byte rows swizzled in 1024-byte atoms (SWIZZLE_128B: 16-byte chunk
+// j of row n at chunk j ^ (n % 8)), each block 1024-byte aligned.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FUSED_OPS_ONEPASS_WGMMA 1
+
+// The matrix descriptor of a K-major, 128-byte-swizzled B tile at shared address `tile`
+// (1024-byte aligned): start address and the 8-row groups' stride (1024 bytes) in 16-byte
+// units, the leading offset unused by swizzled layouts (1), layout type 1 (SWIZZLE_128B).
+__device__ __forceinline__ uint64_t k_major_swizzled_descriptor(uint32_t tile) {
+  return static_cast<uint64_t>((tile >> 4) & 0x3fffu) | (uint64_t{1} << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Keeps the compiler from moving accesses of the accumulators across the asynchronous
+// products (they are written until wgmma_wait_all returns).
+template <int NT>
+__device__ __forceinline__ void fence_accumulators(float (&d)[NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      asm volatile("" : "+f"(d[nt][e])::"memory");
+    }
+  }
+}
+
+// d (m64 x 8 NT, the thread's NT x 4 values) += a (m64 x k8, the thread's 4) * the k8 x 8 NT
+// tile that `b` describes.
+__device__ __forceinline__ void wgmma_tf32(float (&d)[1][4], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "%8, accumulate, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ __forceinline__ void wgmma_tf32(float (&d)[2][4], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+      "{%8, %9, %10, %11}, %12, accumulate, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+__device__ __forceinline__ void wgmma_tf32(float (&d)[3][4], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n24k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11}, {%12, %13, %14, %15}, %16, accumulate, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
 // A warp's moments of each channel the thread holds (channels nt * 8 + 2 * quad + e of its
 // rows (group, group + 8) of each m16 tile, acc[mt][nt][2 * h + e]) over the warp's valid rows
 // (`valid` bit 2 * mt + h; `count` of them in the warp), in two passes: the sum gives
@@ -523,15 +612,27 @@ __device__ __forceinline__ int warp_sum(int v) {
 //   D (16 x 8): d0 (row group, col 2 quad), d1 (group, 2 quad + 1), d2 (group + 8, 2 quad),
 //               d3 (group + 8, 2 quad + 1).
 // Rows are box positions, A's columns and B's rows taps, B's and D's columns channels.
-template <int NT>
+// kWgmma: the products on wgmma (above; sm_90a images only, else the kernel traps: the host
+// launches it only where the device runs such an image), else on mma.sync.
+template <int NT, bool kWgmma>
 __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const KernelArgs a) {
+#if !defined(FUSED_OPS_ONEPASS_WGMMA)
+  if constexpr (kWgmma) {
+    asm volatile("trap;\n");  // (not __trap(): the code after it would warn as unreachable)
+  }
+#endif
   constexpr int CB = 8 * NT;
   constexpr int MT = kMmaTilesPerWarp;
   const conv::Conv3dShape& s = a.p.conv;
   const conv::OnePassPlan& plan = a.plan;
   extern __shared__ __align__(16) unsigned char smem[];
-  // [k_pad / 8][NT][32 lanes]: (b0 high, b1 high, b0 low, b1 low) as TF32 bits.
+  // The split weights. mma.sync: [k_pad / 8][NT][32 lanes] of (b0 high, b1 high, b0 low,
+  // b1 low) as TF32 bits. wgmma: from the first 1024-byte boundary, the high parts' and then
+  // the low parts' B tiles, [ceil(k_pad / 32)][CB rows][128 bytes] each (see above); the plan
+  // reserves the larger of the two layouts.
   uint4* b_s = reinterpret_cast<uint4*>(smem);
+  const uint32_t b_tiles = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023u) & ~1023u;
+  const uint32_t b_part_bytes = static_cast<uint32_t>((plan.k_pad + 31) / 32) * CB * 128u;
   int* koff_s = reinterpret_cast<int*>(smem + plan.koff_offset);  // [k_pad]
   // Two footprint buffers, and two of the warps' moments ([2][warps][CB]): see "Pipeline".
   const auto footprint_buffer = [&](int buffer) {
@@ -563,21 +664,51 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
       row_first_tap[mt][h] = row[mt][h].offset * static_cast<int>(sizeof(float));
     }
   }
-  // The chunk's weights, split, in fragment order.
+  unsigned rows_in_box = 0;  // bit 2 * mt + h: the row is a position of the box
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      rows_in_box |= row[mt][h].packed != 0xffffffffu ? 1u << (2 * mt + h) : 0u;
+    }
+  }
+  // This thread's taps of each k step: koff_quad[8 * ks] and koff_quad[8 * ks + 4].
+  const int* const koff_quad = koff_s + quad;
+  // The chunk's weights, split, in the products' layout.
   const auto load_weights = [&](const Tile& t) {
-    for (int i = threadIdx.x; i < k_steps * NT * kWarpSize; i += kThreads) {
-      const int l = i % kWarpSize;
-      const int nt = (i / kWarpSize) % NT;
-      const int ks = i / (kWarpSize * NT);
-      const int64_t c = t.c0 + nt * 8 + (l >> 2);
-      const int k0 = ks * 8 + (l & 3);
-      const int k1 = k0 + 4;
-      const float w0 = c < t.c_end && k0 < K ? weight[c * K + k0] : 0.0f;
-      const float w1 = c < t.c_end && k1 < K ? weight[c * K + k1] : 0.0f;
-      uint4 f;
-      split_tf32(w0, f.x, f.z);
-      split_tf32(w1, f.y, f.w);
-      b_s[i] = f;
+    if constexpr (kWgmma) {
+      const int part_words = static_cast<int>(b_part_bytes / 4);
+      for (int i = threadIdx.x; i < part_words; i += kThreads) {
+        const int k_in_block = i % 32;
+        const int n = (i / 32) % CB;
+        const int k = (i / (32 * CB)) * 32 + k_in_block;
+        const int64_t c = t.c0 + n;
+        uint32_t high, low;
+        split_tf32(c < t.c_end && k < K ? weight[c * K + k] : 0.0f, high, low);
+        const uint32_t at = b_tiles + static_cast<uint32_t>(i / 32) * 128u +
+                            ((((k_in_block >> 2) ^ (n & 7)) << 4) | ((k_in_block & 3) << 2));
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(high) : "memory");
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at + b_part_bytes), "r"(low) : "memory");
+      }
+      // The tensor cores read them through the async proxy (after the caller's barrier).
+#if defined(FUSED_OPS_ONEPASS_WGMMA)
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+    } else {
+      for (int i = threadIdx.x; i < k_steps * NT * kWarpSize; i += kThreads) {
+        const int l = i % kWarpSize;
+        const int nt = (i / kWarpSize) % NT;
+        const int ks = i / (kWarpSize * NT);
+        const int64_t c = t.c0 + nt * 8 + (l >> 2);
+        const int k0 = ks * 8 + (l & 3);
+        const int k1 = k0 + 4;
+        const float w0 = c < t.c_end && k0 < K ? weight[c * K + k0] : 0.0f;
+        const float w1 = c < t.c_end && k1 < K ? weight[c * K + k1] : 0.0f;
+        uint4 f;
+        split_tf32(w0, f.x, f.z);
+        split_tf32(w1, f.y, f.w);
+        b_s[i] = f;
+      }
     }
   };
   // Whole input rows through the row table where the plan has one (conv_input_box.cuh).
@@ -636,12 +767,17 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
       load_tile_footprint(tile_of(digits, plan, s, CB), buffer ^ 1);
     }
 
-    unsigned valid = 0;  // bit 2 * mt + h: row h of tile mt is an output position
+    // Bit 2 * mt + h: row h of tile mt is an output position (those in the box, where the
+    // box lies inside the output, as most do).
+    unsigned valid = rows_in_box;
+    if (t.nd != plan.TD || t.nh != plan.TH || t.nw != plan.TW) {
+      valid = 0;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+      for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        valid |= inside(row[mt][h].packed, t) ? 1u << (2 * mt + h) : 0u;
+        for (int h = 0; h < 2; ++h) {
+          valid |= inside(row[mt][h].packed, t) ? 1u << (2 * mt + h) : 0u;
+        }
       }
     }
     float acc[MT][NT][4];
@@ -657,30 +793,85 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
     }
     const unsigned char* const x_tile =
         reinterpret_cast<const unsigned char*>(footprint_buffer(buffer));
+    if constexpr (kWgmma) {
+#if defined(FUSED_OPS_ONEPASS_WGMMA)
+      // One k step at a time: this thread's A values of each m16 tile, split; then the
+      // warpgroup's 3 * MT products (the small terms first), waited for before the registers
+      // are reused. (Two halves of the tiles, one's products in flight while the other's
+      // values load, took 192-200 us at the Conv3d headline instead of 189: more spills.)
+      // B of k step ks: 32-tap block ks / 4, 32 bytes (2 descriptor units) a step within it.
+      uint64_t b_high = k_major_swizzled_descriptor(b_tiles);
+      const uint64_t b_low_minus_high = b_part_bytes >> 4;
 #pragma unroll 1
-    for (int ks = 0; ks < k_steps; ++ks) {
-      const int off0 = koff_s[ks * 8 + quad];
-      const int off1 = koff_s[ks * 8 + quad + 4];
-      uint4 b[NT];
+      for (int ks = 0; ks < k_steps; ++ks) {
+        const int off0 = koff_quad[ks * 8];
+        const int off1 = koff_quad[ks * 8 + 4];
+        uint32_t a_high[MT][4], a_low[MT][4];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        b[nt] = b_s[(ks * NT + nt) * kWarpSize + lane];
+        for (int mt = 0; mt < MT; ++mt) {
+          const unsigned char* const row0 = x_tile + row_first_tap[mt][0];
+          const unsigned char* const row8 = x_tile + row_first_tap[mt][1];
+          split_tf32(*reinterpret_cast<const float*>(row0 + off0), a_high[mt][0], a_low[mt][0]);
+          split_tf32(*reinterpret_cast<const float*>(row8 + off0), a_high[mt][1], a_low[mt][1]);
+          split_tf32(*reinterpret_cast<const float*>(row0 + off1), a_high[mt][2], a_low[mt][2]);
+          split_tf32(*reinterpret_cast<const float*>(row8 + off1), a_high[mt][3], a_low[mt][3]);
+        }
+        const uint64_t b_low = b_high + b_low_minus_high;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          fence_accumulators(acc[mt]);
+        }
+        wgmma_fence();
+        // (Term by term over the tiles: consecutive products into different accumulators.)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          wgmma_tf32(acc[mt], a_low[mt], b_high);
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          wgmma_tf32(acc[mt], a_high[mt], b_low);
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          wgmma_tf32(acc[mt], a_high[mt], b_high);
+        }
+        wgmma_commit();
+        // (The next step's B, while the products run: the next 32 bytes of the block's rows,
+        // or the next block, CB * 128 bytes after this one's start.)
+        b_high += (ks & 3) == 3 ? static_cast<uint64_t>(CB * 8 - 6) : uint64_t{2};
+        wgmma_wait_all();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          fence_accumulators(acc[mt]);
+        }
       }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const unsigned char* const row0 = x_tile + row_first_tap[mt][0];
-        const unsigned char* const row8 = x_tile + row_first_tap[mt][1];
-        uint32_t a_high[4], a_low[4];
-        split_tf32(*reinterpret_cast<const float*>(row0 + off0), a_high[0], a_low[0]);
-        split_tf32(*reinterpret_cast<const float*>(row8 + off0), a_high[1], a_low[1]);
-        split_tf32(*reinterpret_cast<const float*>(row0 + off1), a_high[2], a_low[2]);
-        split_tf32(*reinterpret_cast<const float*>(row8 + off1), a_high[3], a_low[3]);
+#endif
+    } else {
+#pragma unroll 1
+      for (int ks = 0; ks < k_steps; ++ks) {
+        const int off0 = koff_quad[ks * 8];
+        const int off1 = koff_quad[ks * 8 + 4];
+        uint4 b[NT];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          // The small terms first.
-          mma_tf32(acc[mt][nt], a_low, b[nt].x, b[nt].y);
-          mma_tf32(acc[mt][nt], a_high, b[nt].z, b[nt].w);
-          mma_tf32(acc[mt][nt], a_high, b[nt].x, b[nt].y);
+          b[nt] = b_s[(ks * NT + nt) * kWarpSize + lane];
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const unsigned char* const row0 = x_tile + row_first_tap[mt][0];
+          const unsigned char* const row8 = x_tile + row_first_tap[mt][1];
+          uint32_t a_high[4], a_low[4];
+          split_tf32(*reinterpret_cast<const float*>(row0 + off0), a_high[0], a_low[0]);
+          split_tf32(*reinterpret_cast<const float*>(row8 + off0), a_high[1], a_low[1]);
+          split_tf32(*reinterpret_cast<const float*>(row0 + off1), a_high[2], a_low[2]);
+          split_tf32(*reinterpret_cast<const float*>(row8 + off1), a_high[3], a_low[3]);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            // The small terms first.
+            mma_tf32(acc[mt][nt], a_low, b[nt].x, b[nt].y);
+            mma_tf32(acc[mt][nt], a_high, b[nt].z, b[nt].w);
+            mma_tf32(acc[mt][nt], a_high, b[nt].x, b[nt].y);
+          }
         }
       }
     }
@@ -742,33 +933,42 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
   const T* gn_weight = static_cast<const T*>(a.p.gn_weight);
   const T* gn_bias = static_cast<const T*>(a.p.gn_bias);
 
-  // A warp per channel, two passes over its boxes' (mean, M2) (lane l takes boxes l, l + 32,
-  // ...; butterflies sum the lanes' parts): the channel's mean from the count-weighted sum,
-  // then M2 about it as the boxes' M2 plus count * (box mean - mean)^2. Every load of a pass
-  // is in flight at once, and no division but the mean's (one thread per channel walking its
-  // 44 boxes one dependent update after another took 26 us at the Conv3d headline).
+  // Per channel, 8 lanes (4 channels a warp at once), two passes over its boxes' (mean, M2)
+  // (lane l of the 8 takes boxes l, l + 8, ...; butterflies sum the lanes' parts): the
+  // channel's mean from the count-weighted sum, then M2 about it as the boxes' M2 plus
+  // count * (box mean - mean)^2. Every load of a pass is in flight at once, and no division
+  // but the mean's. (One thread per channel walking its 44 boxes one dependent update after
+  // another took 26 us at the Conv3d headline; a warp per channel, its 3 channels one after
+  // another, 9.3 us.)
+  constexpr int kChannelsPerWarp = 4;
+  constexpr int kLanesPerChannel = kWarpSize / kChannelsPerWarp;
   const int lane = threadIdx.x % kWarpSize;
-  for (int64_t c = threadIdx.x / kWarpSize; c < s.C_out; c += kWarpsPerBlock) {
+  const int box0 = lane % kLanesPerChannel;
+  for (int64_t first = (threadIdx.x / kWarpSize) * kChannelsPerWarp; first < s.C_out;
+       first += kWarpsPerBlock * kChannelsPerWarp) {
+    const int64_t c = first + lane / kLanesPerChannel;
+    const bool active = c < s.C_out;  // (every lane takes part in the butterflies)
     const int64_t g = c / plan.c_out_g;
     const int64_t chunk = (c % plan.c_out_g) / cb;
     const int64_t local = (c % plan.c_out_g) % cb;
     const double2* const parts =
         a.partials + ((g * plan.chunks + chunk) * s.N + n) * plan.boxes * cb + local;
     double count = 0.0, sum = 0.0;
-    for (int64_t box = lane; box < plan.boxes; box += kWarpSize) {
+    for (int64_t box = box0; active && box < plan.boxes; box += kLanesPerChannel) {
       const double box_n = static_cast<double>(box_count(plan, s, box));
       count += box_n;
       sum += box_n * parts[box * cb].x;
     }
-    const double mean = warp_allreduce_sum(sum) / warp_allreduce_sum(count);
+    const double mean = subwarp_allreduce_sum(sum, kLanesPerChannel) /
+                        subwarp_allreduce_sum(count, kLanesPerChannel);
     double m2 = 0.0;
-    for (int64_t box = lane; box < plan.boxes; box += kWarpSize) {
+    for (int64_t box = box0; active && box < plan.boxes; box += kLanesPerChannel) {
       const double2 part = parts[box * cb];
       const double d = part.x - mean;
       m2 += part.y + static_cast<double>(box_count(plan, s, box)) * d * d;
     }
-    m2 = warp_allreduce_sum(m2);
-    if (lane == 0) {
+    m2 = subwarp_allreduce_sum(m2, kLanesPerChannel);
+    if (active && box0 == 0) {
       const double bias = conv_bias != nullptr ? ScalarOps<T>::to_double(conv_bias[c]) : 0.0;
       channel_moments[c] = norm::Moments{mean + bias, m2};
       static_cast<stat_t*>(a.p.channel_mean)[n * s.C_out + c] = static_cast<stat_t>(mean + bias);
@@ -800,6 +1000,46 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
 
 // ---------------------------------------------------------------------------------------
 // Host side.
+
+// Its sm_90a image holds static shared memory, any other image none: which image of this file
+// the device runs, read without a launch (cudaFuncGetAttributes).
+__global__ void onepass_image_probe_kernel(int* out) {
+#if defined(FUSED_OPS_ONEPASS_WGMMA)
+  __shared__ int marker[32];
+  marker[threadIdx.x & 31] = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  out[0] = marker[0];
+#else
+  out[0] = 0;
+#endif
+}
+
+// Whether the tensor-core kernel runs its wgmma products on the current device: the device
+// runs this file's sm_90a image, and FUSED_OPS_ONEPASS_WGMMA is not "0" (which keeps mma.sync,
+// for comparisons). Read once per device.
+bool onepass_wgmma_available() {
+  static std::mutex mutex;
+  static std::vector<int> cache;  // per device: -1 unknown, 0 no, 1 yes
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<size_t>(device) >= cache.size()) {
+    cache.resize(device + 1, -1);
+  }
+  if (cache[device] < 0) {
+    cudaFuncAttributes attributes{};
+    const bool image =
+        cudaFuncGetAttributes(&attributes, onepass_image_probe_kernel) == cudaSuccess &&
+        attributes.sharedSizeBytes > 0;
+    cudaGetLastError();  // (a failed query leaves its error behind)
+    const char* env = std::getenv("FUSED_OPS_ONEPASS_WGMMA");
+    const bool disabled = env != nullptr && std::strcmp(env, "0") == 0;
+    cache[device] = image && !disabled ? 1 : 0;
+  }
+  return cache[device] == 1;
+}
 
 conv::OnePassPlan plan_for(const conv::Conv3dGroupNormMeanParams& p) {
   const DeviceInfo device = current_device_info();
@@ -837,6 +1077,13 @@ cudaError_t launch_kernels(Kernel moments, const KernelArgs& args, cudaStream_t 
   return cudaGetLastError();
 }
 
+// The tensor-core kernel with NT n8 tiles, its products on wgmma or mma.sync.
+template <int NT>
+cudaError_t launch_tensor_core_kernel(const KernelArgs& args, bool wgmma, cudaStream_t stream) {
+  return wgmma ? launch_kernels<float>(onepass_tensor_core_kernel<NT, true>, args, stream)
+               : launch_kernels<float>(onepass_tensor_core_kernel<NT, false>, args, stream);
+}
+
 template <typename T>
 struct OnePassFamily {
   static size_t workspace_bytes(const conv::Conv3dGroupNormMeanParams& p) {
@@ -852,13 +1099,14 @@ struct OnePassFamily {
     }
     if constexpr (std::is_same_v<T, float>) {
       if (args.plan.tensor_cores) {
+        const bool wgmma = onepass_wgmma_available();
         switch (args.plan.cb) {
           case 8:
-            return launch_kernels<T>(onepass_tensor_core_kernel<1>, args, stream);
+            return launch_tensor_core_kernel<1>(args, wgmma, stream);
           case 16:
-            return launch_kernels<T>(onepass_tensor_core_kernel<2>, args, stream);
+            return launch_tensor_core_kernel<2>(args, wgmma, stream);
           case 24:
-            return launch_kernels<T>(onepass_tensor_core_kernel<3>, args, stream);
+            return launch_tensor_core_kernel<3>(args, wgmma, stream);
           default:
             return cudaErrorInvalidValue;
         }
@@ -885,13 +1133,21 @@ struct OnePassFamily {
 
 bool onepass_supported(const conv::Conv3dGroupNormMeanParams& p) { return plan_for(p).supported; }
 
+const char* onepass_products_kernel() {
+  if (!current_device_info().tensor_cores) {
+    return "";
+  }
+  return onepass_wgmma_available() ? "wgmma" : "mma_sync";
+}
+
 }  // namespace
 }  // namespace gpu
 
 namespace conv {
 
 const OnePassCudaKernel conv3d_group_norm_mean_onepass_cuda{
-    gpu::onepass_supported, gpu::make_cuda_kernel<Conv3dGroupNormMeanParams, gpu::OnePassFamily>()};
+    gpu::onepass_supported, gpu::make_cuda_kernel<Conv3dGroupNormMeanParams, gpu::OnePassFamily>(),
+    gpu::onepass_products_kernel};
 
 }  // namespace conv
 }  // namespace fused_ops

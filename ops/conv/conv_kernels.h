@@ -85,6 +85,14 @@ struct OnePassPlan {
   size_t workspace_bytes = 0;
 };
 
+// Shared-memory bytes of the tensor-core forward's split weights (k_pad taps x cb channels,
+// a high and a low TF32 part each), in the larger of its two layouts, since the layout
+// depends on the image the device runs (conv3d_group_norm_mean_onepass_cuda.cu): mma.sync's
+// fragment order (k_pad * cb * 8 bytes), or wgmma's B tiles (ceil(k_pad / 32) blocks of cb
+// rows of 128 bytes per part) from the first 1024-byte boundary (up to 1008 bytes further:
+// the region starts 16-byte aligned).
+size_t onepass_tensor_core_weight_bytes(int64_t k_pad, int64_t cb);
+
 // The pitches of a footprint of FD x FH x FW elements per channel (OnePassPlan). Dense, except
 // for the tensor-core kernel (`padded`): there a warp's fragment loads read 8 consecutive
 // positions for each of 4 taps at once, and with pitches that are multiples of 32 (whole rows
@@ -137,6 +145,11 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
 struct OnePassCudaKernel {
   bool (*supported)(const Conv3dGroupNormMeanParams&);
   CudaKernel<Conv3dGroupNormMeanParams> kernel;
+  // Which instructions run the float32 forward's products on the current device: "wgmma"
+  // (Hopper's warpgroup instructions: a device running the file's sm_90a image, unless the
+  // environment variable FUSED_OPS_ONEPASS_WGMMA is "0"), "mma_sync" (other devices of compute
+  // capability 8.0+), or "" (no tensor cores: the direct kernel runs every dtype).
+  const char* (*products_kernel)();
 };
 extern const OnePassCudaKernel conv3d_group_norm_mean_onepass_cuda;
 
