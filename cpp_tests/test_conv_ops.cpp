@@ -285,18 +285,35 @@ TEST_CASE("one-pass conv3d_group_norm_mean plans at the headline", "[conv][cpu][
   CHECK(headline.footprint_buffers == 2);
   CHECK(headline.footprint_bytes == static_cast<size_t>(headline.footprint) * 4);
   CHECK(headline.koff_offset >= static_cast<size_t>(headline.k_pad * headline.cb * 2 * 4));
-  // The weights' region holds either layout of the tensor-core kernel's split weights:
-  // mma.sync's fragments, or wgmma's B tiles (per part, ceil(k_pad / 32) blocks of cb rows of
-  // 128 bytes) from the first 1024-byte boundary past its 16-byte aligned start.
-  for (int64_t k_pad = 8; k_pad <= conv::kOnePassTensorCoreMaxReduction; k_pad += 8) {
-    for (const int64_t cb : {8, 16, 24}) {
-      const size_t bytes = conv::onepass_tensor_core_weight_bytes(k_pad, cb);
-      CHECK(bytes >= static_cast<size_t>(k_pad * cb * 2 * 4));
-      CHECK(bytes >= static_cast<size_t>((k_pad + 31) / 32 * cb * 2 * 128) + 1008);
+  // On wgmma, the weights' region holds the B tiles (per part, ceil(k_pad / 32) blocks of cb
+  // rows of 128 bytes) from the first 1024-byte boundary past the region's start, wherever
+  // the dynamic shared memory starts (16-byte aligned), before the taps' offsets: over plans
+  // of every chunk width and reductions up to the tensor-core kernel's largest.
+  const conv::OnePassPlan headline_wgmma =
+      conv::plan_conv3d_group_norm_mean_onepass(s, ScalarKind::kFloat, kTwoBlocks, true, true);
+  CHECK(headline_wgmma.smem_bytes <= kTwoBlocks);
+  CHECK(headline_wgmma.TD == headline.TD);
+  CHECK(headline_wgmma.TH == headline.TH);
+  for (const int64_t c_in : {1, 2, 3, 4}) {
+    for (const int64_t k : {1, 2, 3, 4}) {
+      for (const int64_t c_out : {8, 16, 24, 40}) {
+        conv::Conv3dShape shape = s;
+        shape.C_in = c_in, shape.C_out = c_out;
+        shape.kD = shape.kH = shape.kW = k;
+        shape.Do = s.D - k + 1, shape.Ho = s.H - k + 1, shape.Wo = s.W - k + 1;
+        const conv::OnePassPlan plan = conv::plan_conv3d_group_norm_mean_onepass(
+            shape, ScalarKind::kFloat, kTwoBlocks, true, /*wgmma=*/true);
+        if (!plan.tensor_cores) {
+          continue;  // (reductions past 128: the direct kernel)
+        }
+        INFO("c_in " << c_in << ", k " << k << ", c_out " << c_out);
+        const size_t b_tiles = static_cast<size_t>((plan.k_pad + 31) / 32 * plan.cb) * 2 * 128;
+        for (size_t base = 0; base < 1024; base += 16) {
+          CHECK((base + 1023) / 1024 * 1024 + b_tiles <= base + plan.koff_offset);
+        }
+      }
     }
   }
-  CHECK(headline.koff_offset >=
-        conv::onepass_tensor_core_weight_bytes(headline.k_pad, headline.cb));
   CHECK(headline.footprint_offset >= headline.koff_offset + headline.k_pad * 4);
   CHECK(headline.scratch_offset == headline.footprint_offset + 2 * headline.footprint_bytes);
   REQUIRE(headline.row_table_offset != 0);

@@ -39,9 +39,9 @@
 //            moments in double, in warp order;
 //      * writes one (mean, M2) pair per channel to the workspace slot of the tile.
 //    The chunk's weights stay in shared memory from one tile to the next of the same chunk.
-// 2. onepass_finalize_kernel: one block per sample combines, per channel (a warp each), its
-//    tiles' moments in a fixed order (counts from the box geometry): the mean from the
-//    count-weighted sum, then M2 about it; adds the conv bias to the mean, combines each
+// 2. onepass_finalize_kernel: one block per sample combines, per channel (8 lanes each, 4
+//    channels a warp), its tiles' moments in a fixed order (counts from the box geometry): the mean
+//    from the count-weighted sum, then M2 about it; adds the conv bias to the mean, combines each
 //    GroupNorm group's channels, and writes mean, rstd, the channel means and out[n].
 //
 // Every sum has a fixed order that depends on the shape only: results are deterministic.
@@ -628,8 +628,8 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
   extern __shared__ __align__(16) unsigned char smem[];
   // The split weights. mma.sync: [k_pad / 8][NT][32 lanes] of (b0 high, b1 high, b0 low,
   // b1 low) as TF32 bits. wgmma: from the first 1024-byte boundary, the high parts' and then
-  // the low parts' B tiles, [ceil(k_pad / 32)][CB rows][128 bytes] each (see above); the plan
-  // reserves the larger of the two layouts.
+  // the low parts' B tiles, [ceil(k_pad / 32)][CB rows][128 bytes] each (see above;
+  // conv::onepass_tensor_core_weight_bytes).
   uint4* b_s = reinterpret_cast<uint4*>(smem);
   const uint32_t b_tiles = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023u) & ~1023u;
   const uint32_t b_part_bytes = static_cast<uint32_t>((plan.k_pad + 31) / 32) * CB * 128u;
@@ -797,12 +797,14 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
 #if defined(FUSED_OPS_ONEPASS_WGMMA)
       // One k step at a time: this thread's A values of each m16 tile, split; then the
       // warpgroup's 3 * MT products (the small terms first), waited for before the registers
-      // are reused. (Two halves of the tiles, one's products in flight while the other's
-      // values load, took 192-200 us at the Conv3d headline instead of 189: more spills.)
+      // are reused. Unrolled by 2: the loop's and the addresses' arithmetic, ~25 of 103
+      // instructions a step, down to ~16 of 94. (Two halves of the tiles, one's products in
+      // flight while the other's values load, took 192-200 us at the Conv3d headline instead
+      // of 189: more spills.)
       // B of k step ks: 32-tap block ks / 4, 32 bytes (2 descriptor units) a step within it.
       uint64_t b_high = k_major_swizzled_descriptor(b_tiles);
       const uint64_t b_low_minus_high = b_part_bytes >> 4;
-#pragma unroll 1
+#pragma unroll 2
       for (int ks = 0; ks < k_steps; ++ks) {
         const int off0 = koff_quad[ks * 8];
         const int off1 = koff_quad[ks * 8 + 4];
@@ -1030,10 +1032,12 @@ bool onepass_wgmma_available() {
   }
   if (cache[device] < 0) {
     cudaFuncAttributes attributes{};
-    const bool image =
-        cudaFuncGetAttributes(&attributes, onepass_image_probe_kernel) == cudaSuccess &&
-        attributes.sharedSizeBytes > 0;
-    cudaGetLastError();  // (a failed query leaves its error behind)
+    const bool queried =
+        cudaFuncGetAttributes(&attributes, onepass_image_probe_kernel) == cudaSuccess;
+    if (!queried) {
+      cudaGetLastError();  // (a failed query leaves its error behind; clear only that one)
+    }
+    const bool image = queried && attributes.sharedSizeBytes > 0;
     const char* env = std::getenv("FUSED_OPS_ONEPASS_WGMMA");
     const bool disabled = env != nullptr && std::strcmp(env, "0") == 0;
     cache[device] = image && !disabled ? 1 : 0;
@@ -1044,7 +1048,8 @@ bool onepass_wgmma_available() {
 conv::OnePassPlan plan_for(const conv::Conv3dGroupNormMeanParams& p) {
   const DeviceInfo device = current_device_info();
   return conv::plan_conv3d_group_norm_mean_onepass(p.conv, p.dtype, device.shared_memory,
-                                                   device.tensor_cores && p.allow_tensor_cores);
+                                                   device.tensor_cores && p.allow_tensor_cores,
+                                                   onepass_wgmma_available());
 }
 
 // Launches `moments` on a persistent grid (the blocks that fit on the device at once), then

@@ -50,10 +50,9 @@ int64_t pitch_with_residue(int64_t at_least, int64_t multiple, int64_t lo, int64
 
 }  // namespace
 
-size_t onepass_tensor_core_weight_bytes(int64_t k_pad, int64_t cb) {
-  const size_t fragments = static_cast<size_t>(k_pad * cb) * 2 * sizeof(float);
-  const size_t b_tiles = static_cast<size_t>(ceil_div(k_pad, 32) * cb) * 2 * 128 + 1008;
-  return std::max(fragments, b_tiles);
+size_t onepass_tensor_core_weight_bytes(int64_t k_pad, int64_t cb, bool wgmma) {
+  return wgmma ? static_cast<size_t>(ceil_div(k_pad, 32) * cb) * 2 * 128 + 1008
+               : static_cast<size_t>(k_pad * cb) * 2 * sizeof(float);
 }
 
 FootprintPitches footprint_pitches(int64_t FD, int64_t FH, int64_t FW, bool padded) {
@@ -67,7 +66,7 @@ FootprintPitches footprint_pitches(int64_t FD, int64_t FH, int64_t FW, bool padd
 }
 
 OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind dtype,
-                                                size_t smem_limit, bool tensor_cores) {
+                                                size_t smem_limit, bool tensor_cores, bool wgmma) {
   OnePassPlan plan;
   if (s.groups <= 0 || s.C_in % s.groups != 0 || s.C_out % s.groups != 0 || s.N <= 0 || s.Do <= 0 ||
       s.Ho <= 0 || s.Wo <= 0) {
@@ -102,11 +101,11 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
   }
 
   // Shared memory: the chunk's weights ([K][cb] values for the direct kernel; [k_pad][cb]
-  // (high, low) TF32 pairs for the tensor-core one, in either of its layouts:
+  // (high, low) TF32 pairs for the tensor-core one, in its products' layout:
   // onepass_tensor_core_weight_bytes), the taps' offsets [k_pad], the footprint
   // buffers (footprint_buffers of them), the reduction scratch, and the row table if any.
   const size_t weight_bytes = plan.tensor_cores
-                                  ? onepass_tensor_core_weight_bytes(plan.k_pad, plan.cb)
+                                  ? onepass_tensor_core_weight_bytes(plan.k_pad, plan.cb, wgmma)
                                   : plan.K * plan.cb * acc_bytes;
   plan.koff_offset = round_up_16(weight_bytes);
   plan.footprint_offset = plan.koff_offset + round_up_16(plan.k_pad * sizeof(int));

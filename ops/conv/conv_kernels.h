@@ -86,12 +86,12 @@ struct OnePassPlan {
 };
 
 // Shared-memory bytes of the tensor-core forward's split weights (k_pad taps x cb channels,
-// a high and a low TF32 part each), in the larger of its two layouts, since the layout
-// depends on the image the device runs (conv3d_group_norm_mean_onepass_cuda.cu): mma.sync's
-// fragment order (k_pad * cb * 8 bytes), or wgmma's B tiles (ceil(k_pad / 32) blocks of cb
-// rows of 128 bytes per part) from the first 1024-byte boundary (up to 1008 bytes further:
-// the region starts 16-byte aligned).
-size_t onepass_tensor_core_weight_bytes(int64_t k_pad, int64_t cb);
+// a high and a low TF32 part each), in the layout of its products
+// (conv3d_group_norm_mean_onepass_cuda.cu): mma.sync's fragment order (k_pad * cb * 8
+// bytes), or (`wgmma`) wgmma's B tiles, ceil(k_pad / 32) blocks of cb rows of 128 bytes per
+// part, from the first 1024-byte boundary (up to 1008 bytes further: the region starts
+// 16-byte aligned).
+size_t onepass_tensor_core_weight_bytes(int64_t k_pad, int64_t cb, bool wgmma);
 
 // The pitches of a footprint of FD x FH x FW elements per channel (OnePassPlan). Dense, except
 // for the tensor-core kernel (`padded`): there a warp's fragment loads read 8 consecutive
@@ -134,10 +134,12 @@ constexpr int64_t kOnePassTensorCoreScratchBytes = 32;
 
 // The plan for `s` in `dtype`, with at most `smem_limit` bytes of shared memory per block;
 // float32 takes the tensor-core kernel where `tensor_cores` (allowed, and compute capability
-// 8.0 or newer) and the reduction is at most kOnePassTensorCoreMaxReduction. plan.supported
-// says whether the problem is in the family.
+// 8.0 or newer) and the reduction is at most kOnePassTensorCoreMaxReduction; `wgmma`: its
+// products run on wgmma (the device runs the sm_90a image; the weights' layout differs).
+// plan.supported says whether the problem is in the family.
 OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind dtype,
-                                                size_t smem_limit, bool tensor_cores);
+                                                size_t smem_limit, bool tensor_cores,
+                                                bool wgmma = false);
 
 // The one-pass CUDA kernels (defined only in builds with CUDA): `supported` says whether a
 // problem is in the family on the current device (its plan fits the device's shared
