@@ -54,10 +54,6 @@
 #include "norm/group_norm_math.h"
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <mutex>
-#include <vector>
 
 namespace fused_ops {
 namespace gpu {
@@ -674,6 +670,18 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
   }
   // This thread's taps of each k step: koff_quad[8 * ks] and koff_quad[8 * ks + 4].
   const int* const koff_quad = koff_s + quad;
+  // This thread's A fragment of m16 tile mt for the k step whose taps lie off0 and off1 bytes
+  // from a row's first tap in footprint x_tile (rows group and group + 8, fragment layout
+  // above), split: the same for the wgmma and the mma.sync products.
+  const auto a_fragment = [&](const unsigned char* x_tile, int mt, int off0, int off1,
+                              uint32_t (&high)[4], uint32_t (&low)[4]) {
+    const unsigned char* const row0 = x_tile + row_first_tap[mt][0];
+    const unsigned char* const row8 = x_tile + row_first_tap[mt][1];
+    split_tf32(*reinterpret_cast<const float*>(row0 + off0), high[0], low[0]);
+    split_tf32(*reinterpret_cast<const float*>(row8 + off0), high[1], low[1]);
+    split_tf32(*reinterpret_cast<const float*>(row0 + off1), high[2], low[2]);
+    split_tf32(*reinterpret_cast<const float*>(row8 + off1), high[3], low[3]);
+  };
   // The chunk's weights, split, in the products' layout.
   const auto load_weights = [&](const Tile& t) {
     if constexpr (kWgmma) {
@@ -811,12 +819,7 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
         uint32_t a_high[MT][4], a_low[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          const unsigned char* const row0 = x_tile + row_first_tap[mt][0];
-          const unsigned char* const row8 = x_tile + row_first_tap[mt][1];
-          split_tf32(*reinterpret_cast<const float*>(row0 + off0), a_high[mt][0], a_low[mt][0]);
-          split_tf32(*reinterpret_cast<const float*>(row8 + off0), a_high[mt][1], a_low[mt][1]);
-          split_tf32(*reinterpret_cast<const float*>(row0 + off1), a_high[mt][2], a_low[mt][2]);
-          split_tf32(*reinterpret_cast<const float*>(row8 + off1), a_high[mt][3], a_low[mt][3]);
+          a_fragment(x_tile, mt, off0, off1, a_high[mt], a_low[mt]);
         }
         const uint64_t b_low = b_high + b_low_minus_high;
 #pragma unroll
@@ -860,13 +863,8 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          const unsigned char* const row0 = x_tile + row_first_tap[mt][0];
-          const unsigned char* const row8 = x_tile + row_first_tap[mt][1];
           uint32_t a_high[4], a_low[4];
-          split_tf32(*reinterpret_cast<const float*>(row0 + off0), a_high[0], a_low[0]);
-          split_tf32(*reinterpret_cast<const float*>(row8 + off0), a_high[1], a_low[1]);
-          split_tf32(*reinterpret_cast<const float*>(row0 + off1), a_high[2], a_low[2]);
-          split_tf32(*reinterpret_cast<const float*>(row8 + off1), a_high[3], a_low[3]);
+          a_fragment(x_tile, mt, off0, off1, a_high, a_low);
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             // The small terms first.
@@ -1018,31 +1016,11 @@ __global__ void onepass_image_probe_kernel(int* out) {
 
 // Whether the tensor-core kernel runs its wgmma products on the current device: the device
 // runs this file's sm_90a image, and FUSED_OPS_ONEPASS_WGMMA is not "0" (which keeps mma.sync,
-// for comparisons). Read once per device.
+// for comparisons). Read once per device (Sm90aImageQuery).
 bool onepass_wgmma_available() {
-  static std::mutex mutex;
-  static std::vector<int> cache;  // per device: -1 unknown, 0 no, 1 yes
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    return false;
-  }
-  std::lock_guard<std::mutex> lock(mutex);
-  if (static_cast<size_t>(device) >= cache.size()) {
-    cache.resize(device + 1, -1);
-  }
-  if (cache[device] < 0) {
-    cudaFuncAttributes attributes{};
-    const bool queried =
-        cudaFuncGetAttributes(&attributes, onepass_image_probe_kernel) == cudaSuccess;
-    if (!queried) {
-      cudaGetLastError();  // (a failed query leaves its error behind; clear only that one)
-    }
-    const bool image = queried && attributes.sharedSizeBytes > 0;
-    const char* env = std::getenv("FUSED_OPS_ONEPASS_WGMMA");
-    const bool disabled = env != nullptr && std::strcmp(env, "0") == 0;
-    cache[device] = image && !disabled ? 1 : 0;
-  }
-  return cache[device] == 1;
+  static Sm90aImageQuery query(reinterpret_cast<const void*>(onepass_image_probe_kernel),
+                               "FUSED_OPS_ONEPASS_WGMMA");
+  return query();
 }
 
 conv::OnePassPlan plan_for(const conv::Conv3dGroupNormMeanParams& p) {

@@ -12,10 +12,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
-#include <mutex>
-#include <vector>
 
 namespace fused_ops {
 namespace gpu {
@@ -163,34 +159,9 @@ size_t tile_moments_bytes(const conv::Conv3dShape& s) {
 }  // namespace
 
 bool wgmma_conv_available() {
-  static std::mutex mutex;
-  static std::vector<int> cache;  // per device: -1 unknown, 0 no, 1 yes
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    return false;
-  }
-  std::lock_guard<std::mutex> lock(mutex);
-  if (static_cast<size_t>(device) >= cache.size()) {
-    cache.resize(device + 1, -1);
-  }
-  if (cache[device] < 0) {
-    int major = 0, minor = 0;
-    cudaFuncAttributes attributes{};
-    const bool sm90 =
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-        major == 9 && minor == 0;
-    bool image = false;
-    if (sm90) {
-      image = cudaFuncGetAttributes(&attributes, wgmma_image_probe_kernel) == cudaSuccess &&
-              attributes.sharedSizeBytes > 0;
-      cudaGetLastError();  // (a failed query leaves its error behind)
-    }
-    const char* env = std::getenv("FUSED_OPS_SPLIT_TF32_WGMMA");
-    const bool disabled = env != nullptr && std::strcmp(env, "0") == 0;
-    cache[device] = sm90 && image && !disabled ? 1 : 0;
-  }
-  return cache[device] == 1;
+  static Sm90aImageQuery query(reinterpret_cast<const void*>(wgmma_image_probe_kernel),
+                               "FUSED_OPS_SPLIT_TF32_WGMMA");
+  return query();
 }
 
 bool wgmma_conv_supported(const conv::Conv3dShape& s) {

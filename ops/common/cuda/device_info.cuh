@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -43,6 +45,57 @@ inline DeviceInfo current_device_info() {
   }
   return info;
 }
+
+// Whether the current device runs the sm_90a image (Hopper's arch-specific instructions: wgmma)
+// of the file that defines `probe`, a kernel whose sm_90a image holds static shared memory and
+// whose other images hold none (read without a launch: cudaFuncGetAttributes): a device of
+// compute capability 9.0 running that image, and the environment variable `disable_env` not
+// "0" (which keeps the file's other kernels, for comparisons). Cached per device; thread-safe.
+// One static instance per probe, e.g.
+//   static Sm90aImageQuery query(reinterpret_cast<const void*>(probe_kernel), "FUSED_OPS_X");
+class Sm90aImageQuery {
+ public:
+  Sm90aImageQuery(const void* probe, const char* disable_env)
+      : probe_(probe), disable_env_(disable_env) {}
+
+  bool operator()() {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) {
+      return false;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (static_cast<size_t>(device) >= cache_.size()) {
+      cache_.resize(device + 1, -1);
+    }
+    if (cache_[device] < 0) {
+      int major = 0, minor = 0;
+      const bool sm90 = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+                            cudaSuccess &&
+                        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) ==
+                            cudaSuccess &&
+                        major == 9 && minor == 0;
+      bool image = false;
+      if (sm90) {
+        cudaFuncAttributes attributes{};
+        if (cudaFuncGetAttributes(&attributes, probe_) == cudaSuccess) {
+          image = attributes.sharedSizeBytes > 0;
+        } else {
+          cudaGetLastError();  // (a failed query leaves its error behind; clear only that one)
+        }
+      }
+      const char* env = std::getenv(disable_env_);
+      const bool disabled = env != nullptr && std::strcmp(env, "0") == 0;
+      cache_[device] = image && !disabled ? 1 : 0;
+    }
+    return cache_[device] == 1;
+  }
+
+ private:
+  const void* probe_;
+  const char* disable_env_;
+  std::mutex mutex_;
+  std::vector<int> cache_;  // per device: -1 unknown, 0 no, 1 yes
+};
 
 }  // namespace gpu
 }  // namespace fused_ops
