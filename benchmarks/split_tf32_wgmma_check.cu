@@ -148,6 +148,16 @@ struct Prepared {
   cudaError_t wgmma() const { return gpu::wgmma_conv_launch(p, workspace, nullptr); }
 };
 
+// v rounded to the nearest TF32 value (ties to even, as cvt.rn.tf32.f32; finite v).
+float tf32_rounded_host(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  bits += 0xfffu + ((bits >> 13) & 1u);
+  bits &= ~0x1fffu;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
 struct Errors {
   double rel_l2 = 0, rel_max = 0;
   bool finite = true;
@@ -502,20 +512,64 @@ int main(int argc, char** argv) {
     if (gpu::wgmma_conv_relu_moments_supported(s) && check_relu_moments(q, d, flops) != 0) {
       status = 2;
     }
-    // The tiles alone, on the weights wgmma_conv_launch split above.
-    const gpu::WgmmaConvParams wp = gpu::wgmma_conv_params(d.p, d.workspace);
+    // The tiles alone, each on the weights split for its width beforehand (their times
+    // exclude the split).
+    const auto tile_params = [&](const conv::Conv3dChannelsLastParams& cp, void* workspace,
+                                 int bn) {
+      gpu::WgmmaConvParams wp = gpu::wgmma_conv_params(cp, workspace);
+      wp.b_bn = bn;
+      CHECK_CUDA(gpu::split_tf32_weights(cp, wp, nullptr));
+      return wp;
+    };
+    const gpu::WgmmaConvParams wp128 = tile_params(d.p, d.workspace, 128);
     check("128x128/4", [&] {
-      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4>>(wp, nullptr);
+      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4>>(wp128, nullptr);
     });
     check("128x128/3", [&] {
-      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 3>>(wp, nullptr);
+      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 3>>(wp128, nullptr);
     });
+    const gpu::WgmmaConvParams wp64 = tile_params(d.p, d.workspace, 64);
     check("128x64/4", [&] {
-      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 4>>(wp, nullptr);
+      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 4>>(wp64, nullptr);
     });
     check("128x64/6", [&] {
-      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 6>>(wp, nullptr);
+      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 6>>(wp64, nullptr);
     });
+    // Plain TF32 products (one per product, as cuDNN's with TF32 allowed; x rounded to TF32
+    // first, the weights by the split): the kernel's other mode, measured against cuDNN's
+    // TF32 convolution (benchmarks/conv_variants.py) and not used by the library; errors of
+    // TF32's order, bounded loosely here.
+    std::vector<float> x_tf32(s.N * s.D * s.H * s.W * s.C_in);
+    CHECK_CUDA(cudaMemcpy(x_tf32.data(), d.p.x, x_tf32.size() * 4, cudaMemcpyDeviceToHost));
+    for (float& v : x_tf32) v = tf32_rounded_host(v);
+    conv::Conv3dChannelsLastParams tp = d.p;
+    tp.x = to_device(x_tf32);
+    const auto tf32_params = [&](int bn) {
+      gpu::WgmmaConvParams wp = gpu::wgmma_conv_params(tp, d.workspace);
+      wp.b_bn = bn;
+      wp.b_parts = 1;
+      CHECK_CUDA(gpu::split_tf32_weights(tp, wp, nullptr));
+      return wp;
+    };
+    auto check_tf32 = [&](const char* kernel, auto launch) {
+      const Errors e = measure(kernel, launch);
+      if (!e.finite || e.rel_l2 > 1e-3 || e.rel_max > 4e-3) {
+        std::printf("%-42s %s FAIL\n", q.name, kernel);
+        status = 2;
+      }
+    };
+    const gpu::WgmmaConvParams tw128 = tf32_params(128);
+    check_tf32("tf32 128x128/4", [&] {
+      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false>>(tw128, nullptr);
+    });
+    check_tf32("tf32 128x128/6", [&] {
+      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 6, false>>(tw128, nullptr);
+    });
+    const gpu::WgmmaConvParams tw64 = tf32_params(64);
+    check_tf32("tf32 128x64/8", [&] {
+      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 8, false>>(tw64, nullptr);
+    });
+    CHECK_CUDA(cudaFree(const_cast<float*>(tp.x)));
   }
   const int wgrad_status = check_wgrad(wgrad_problems, rng);
   status = status != 0 ? status : wgrad_status;

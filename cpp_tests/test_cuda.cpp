@@ -469,6 +469,9 @@ TEST_CASE("CUDA: float32 transposed convolutions with TF32 off run the split-TF3
   CudnnFlagsGuard flags(/*allow_tf32=*/false, /*deterministic=*/false);
   std::vector<ConvCase> cases;
   cases.push_back(ConvCase{"k3, C 8 -> 16", {2, 8, 4, 5, 6}, 16, {3, 3, 3}});
+  // More row tiles (2 x 22^3 / 128 = 167) than an H100 or H200 has SMs (132): the persistent
+  // wgmma kernel's blocks take several tiles each.
+  cases.push_back(ConvCase{"k3, C 4 -> 8 on 20^3, N 2", {2, 4, 20, 20, 20}, 8, {3, 3, 3}});
   {
     ConvCase c{
         "k (3, 1, 2), padding (1, 0, 1), dilation 2, no conv bias", {1, 4, 5, 3, 4}, 12, {3, 1, 2}};
@@ -487,8 +490,8 @@ TEST_CASE("CUDA: float32 transposed convolutions with TF32 off run the split-TF3
     INFO(c.name);
     // No tensor requires grad: the inference forward, whose conv output stays NDHWC for the
     // GroupNorm to read in place; on the wgmma kernel, with at least 128 output positions per
-    // sample (the first case: 6 x 7 x 8, two samples, so row tiles straddle them; not the
-    // second: 7 x 3 x 4), the convolution computes the GroupNorm's statistics too.
+    // sample (the first case: 6 x 7 x 8, two samples, so row tiles straddle them; the second,
+    // 22^3; not the third: 7 x 3 x 4), the convolution computes the GroupNorm's statistics too.
     int64_t positions = 1;
     for (int i = 0; i < 3; ++i) {
       positions *= c.input[i + 2] + (c.kernel[i] - 1) * c.dilation[i] - 2 * c.padding[i];

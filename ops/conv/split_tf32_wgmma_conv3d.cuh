@@ -13,9 +13,11 @@
 // ("3xTF32"): a * b = a_hi b_hi + a_hi b_lo + a_lo b_hi with a_hi = a rounded to TF32 and
 // a_lo = a - a_hi rounded to TF32 (the dropped a_lo b_lo is ~2^-22 of the product),
 // accumulated in float32 by the tensor cores.
-//   - The weights are split once per call (split_tf32_weights_kernel) into two arrays
-//     [tap][C_out padded to 128][C_in padded to 32] of TF32 values, zero in the padding, each
-//     block of 32 channels permuted into the kernel's K order (wgmma_conv_channel_of_k).
+//   - The weights are split once per call (split_tf32_weights_kernel) into the B tiles of the
+//     K blocks: per (tap, 32 channels, C_out tile) the high and the low TF32 parts, each a
+//     kBN x 32 tile exactly as shared memory holds it (swizzled, zero in the padding, the 32
+//     channels permuted into the kernel's K order: wgmma_conv_channel_of_k), so that one bulk
+//     copy moves a K block's weights.
 //   - x is split in registers: the A operand of wgmma may come from registers, so each
 //     thread loads its fragment of the activation tile from shared memory (in that K order,
 //     two 16-byte loads per row), rounds it (one instruction per rounding on sm_90) and
@@ -27,6 +29,14 @@
 //   302 -> 190 instructions per consumer warp and K block, 400 -> 230 per producer warp;
 //   headline forward 2.85-2.89 -> 2.22-2.25 ms; benchmarks/h200-2026-11-26-wgmma-lean/).
 //
+// Plain TF32 (Tile::kSplit false; the check program's "tf32" rows, not used by the library):
+// one product per float32 product, both operands read by the tensor cores from shared memory
+// (x must hold TF32-rounded values, the weights tiles in the channels' own order), accumulated
+// by the tensor cores throughout. On an H100 at the headline it took 1.10 ms where cuDNN's
+// TF32 NDHWC convolution takes 0.84-0.95 ms (2026-11-26), so TF32 convolutions stay cuDNN's:
+// per K block the tensor cores have a third of the split's work, and the consumers mostly wait
+// for the producer's copies (Nsight Compute: 43% of the warp samples in the "full" waits).
+//
 // Accumulation: the tensor cores' float32 accumulation (wgmma's, measured on an H100) rounds
 // each instruction's sum with a bias (toward zero, about half an ulp of the accumulator per
 // instruction): over the headline's 648 instructions an output was 1.1e-5 off (relative L2
@@ -34,17 +44,21 @@
 // one K block at a time (12 instructions) from zero, and float32 adds on the CUDA cores (round
 // to nearest) add the blocks: the bias is then relative to a block's sum, not the total's.
 //
-// Tiling and pipeline: a block computes kBM = 128 output positions (consecutive in
-// the flattened M) by kBN channels, in K blocks of 32 channels of one tap, with 3 warpgroups
-// (warp-specialized, as CUTLASS's sm90 kernels):
+// Tiling and pipeline: a tile is kBM = 128 output positions (consecutive in the flattened M)
+// by kBN channels, computed in K blocks of 32 channels of one tap. The kernel is persistent:
+// a block per SM walks the tiles, so that its producer copies the next tile's first K blocks
+// while the consumers finish the last one's (the block's setup, its pipeline's filling and
+// the epilogue were per tile: 2.13-2.14 -> 2.04-2.05 ms at the headline on an H100,
+// 2026-11-26). Three warpgroups (warp-specialized, as CUTLASS's sm90 kernels):
 //   - a producer warpgroup copies each K block's activation rows (cp.async, 16 bytes a copy,
-//     zero-filled in the padding and past C_in or M) and its two weight tiles into a
-//     kStages-deep ring of shared memory, 128-byte swizzled (each row of 32 floats is one
-//     128-byte line, its 16-byte chunks permuted by row % 8: the wgmma descriptors'
-//     SWIZZLE_128B mode, and conflict-free fragment loads); each thread publishes a slot on
-//     its "full" mbarrier once its own copies into it have landed (cp.async groups, kStages - 2
-//     blocks behind its newest copies), after a proxy fence: the weight tiles are read by the
-//     tensor cores (the async proxy), written by ordinary copies (StageRing);
+//     zero-filled in the padding and past C_in or M) and its weight tiles (one bulk copy, by
+//     thread 0, which the "full" mbarrier counts in bytes) into a kStages-deep ring of shared
+//     memory, 128-byte swizzled (each row of 32 floats is one 128-byte line, its 16-byte
+//     chunks permuted by row % 8: the wgmma descriptors' SWIZZLE_128B mode, and
+//     conflict-free fragment loads); each thread publishes a slot on its "full" mbarrier once
+//     its own copies into it have landed (cp.async groups, kStages - 2 blocks behind its
+//     newest copies): the activations are read by the consumers' loads (no proxy fence; the
+//     weights' copy is the async proxy's own, as the tensor cores' reads) (StageRing);
 //   - two consumer warpgroups, each m64 x kBN accumulators (wgmma m64nBNk8), wait on a
 //     slot's "full" barrier, multiply, and release the slot on its "empty" barrier.
 // The consumers never wait for each other: while one adds its block's sum and loads its next
@@ -61,6 +75,7 @@
 // blocks per (sample, channel) (in double). Rows are consecutive output positions, so a block
 // holds one sample's rows, or two where it straddles a boundary (the host asks for the moments
 // only where a sample has at least kBM rows: wgmma_conv_relu_moments_supported).
+// The moments are per row tile (kBM rows), whichever block computes it.
 #pragma once
 
 #include "conv/conv_kernels.h"
@@ -88,13 +103,16 @@ struct WgmmaConvParams {
   int64_t N, D, H, W, C_in, C_out;
   int64_t kD, kH, kW, Do, Ho, Wo;
   int64_t stride[3], padding[3], dilation[3];
-  int64_t M;          // N * Do * Ho * Wo
-  int64_t c_chunks;   // ceil(C_in / 32): K blocks per tap
-  int64_t c_in_pad;   // c_chunks * 32: the split weights' row length
-  int64_t c_out_pad;  // C_out rounded up to kWgmmaConvMaxBN (the split weights' rows per tap)
+  int64_t M;         // N * Do * Ho * Wo
+  int64_t c_chunks;  // ceil(C_in / 32): K blocks per tap
   const float* x;
-  const float* w_hi;  // [kD*kH*kW][c_out_pad][c_in_pad]
-  const float* w_lo;
+  // The weights as the B tiles of the kernel's K blocks, each copied by one bulk copy:
+  // [tap][c_chunk][C_out tile of b_bn][part: high (, low)][b_bn rows][32], each tile's rows as
+  // they lie in shared memory (128-byte swizzled), zero in the padding
+  // (split_tf32_weights_kernel).
+  const float* w_tiles;
+  int64_t b_bn;       // the tiles' channels: the kernel's kBN
+  int64_t b_parts;    // 2 (split products: high and low parts) or 1 (plain TF32)
   const float* bias;  // C_out
   float* y;
   // Optional, null for none: per (block row tile, segment 0/1, channel) the (mean, M2) of
@@ -109,13 +127,17 @@ constexpr int kWgmmaConvThreads = 384;    // a producer and two consumer warpgro
 constexpr int kWgmmaConvMaxBN = 128;      // the widest tile's channels
 constexpr int kWgmmaConvMaxTapBits = 32;  // kD + kH + kW at most (the rows' tap masks)
 
-template <int BN, int Stages>
+template <int BN, int Stages, bool Split = true>
 struct WgmmaConvTile {
   static constexpr int kBN = BN, kStages = Stages;
+  // Split TF32 (3 products per float32 product), else plain TF32 (one, as cuDNN's with TF32
+  // allowed; measured only, see "Plain TF32" above).
+  static constexpr bool kSplit = Split;
   static constexpr int kBM = 128;  // two consumer warpgroups of m64
   static constexpr int kABytes = kBM * 128;
   static constexpr int kBBytes = kBN * 128;
-  static constexpr int kStageBytes = kABytes + 2 * kBBytes;
+  static constexpr int kBParts = kSplit ? 2 : 1;  // the weights' TF32 parts: high (and low)
+  static constexpr int kStageBytes = kABytes + kBParts * kBBytes;
   // + 1 KB to align the ring to the 1024-byte swizzle atom
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
   // Static shared memory besides: the epilogue's per-warp column sums (WarpColumnSums) and
@@ -124,9 +146,10 @@ struct WgmmaConvTile {
       8 * kBN * 3 * static_cast<int>(sizeof(float)) + 2 * kStages * 8;
   // Registers per thread after setmaxnreg (the block's 3 x 128 threads share 64 K): the
   // producer keeps 2 per activation row it copies (8 rows), the consumers their accumulators
-  // and a K block's sums (kBN floats) and fragments (16 floats). (Two m64 tiles per
-  // consumer, kBM = 256, spilled and serialized the products with 256 x 64 tiles, and were
-  // slower where they compiled: benchmarks/split_tf32_wgmma_check.cu, 2026-11-25.)
+  // and a K block's sums (kBN floats) and fragments (16 floats). (Two m64 tiles per consumer,
+  // kBM = 256, spilled and serialized the products with 256 x 64 tiles, and were slower where
+  // they compiled: benchmarks/split_tf32_wgmma_check.cu, 2026-11-25; with plain TF32 products
+  // they compiled and were slower too, 2026-11-26.)
   static constexpr int kProducerRegisters = 56;
   static constexpr int kConsumerRegisters = 224;
   static_assert(kBN == 64 || kBN == 128, "the wgmma shapes instantiated: N = 64 or 128");
@@ -195,6 +218,22 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// An arrival that also expects `bytes` more of asynchronous copies (bulk_copy_to_shared) to
+// complete on the barrier before its phase does.
+__device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory by
+// the copy engine (the async proxy, as the tensor cores' reads), completing on mbarrier `bar`.
+__device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes,
+                                                    uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
 // Byte offset of element (row, col) in a 128-byte-swizzled tile of 32-float rows.
 __device__ __forceinline__ uint32_t swizzled(int row, int col) {
   return static_cast<uint32_t>(row * 128 + ((((col >> 2) ^ (row & 7)) << 4) | ((col & 3) << 2)));
@@ -212,15 +251,18 @@ __device__ __forceinline__ uint64_t k_major_sw128_desc(uint32_t smem) {
   return desc.desc_;
 }
 
+// The m64 x kBN x k8 TF32 products: A from registers (Op) or from shared memory (SharedOp).
 template <int kBN>
 struct Wgmma;
 template <>
 struct Wgmma<128> {
   using Op = cute::SM90::GMMA::MMA_64x128x8_F32TF32TF32_RS_TN<>;
+  using SharedOp = cute::SM90::GMMA::MMA_64x128x8_F32TF32TF32_SS_TN<>;
 };
 template <>
 struct Wgmma<64> {
   using Op = cute::SM90::GMMA::MMA_64x64x8_F32TF32TF32_RS_TN<>;
+  using SharedOp = cute::SM90::GMMA::MMA_64x64x8_F32TF32TF32_SS_TN<>;
 };
 
 // acc (m64 x kBN, kBN / 2 floats a thread) += a (this thread's 4 values of the m64 x k8
@@ -231,6 +273,13 @@ __device__ __forceinline__ void wgmma_rs(float* acc, const uint32_t (&a)[4], uin
                                          cute::SM90::GMMA::ScaleOut scale,
                                          std::index_sequence<I...>) {
   Wgmma<kBN>::Op::fma(a[0], a[1], a[2], a[3], desc, acc[I]..., scale);
+}
+
+// acc += the m64 x k8 tile that `desc_a` describes * the k8 x kBN tile of `desc_b`.
+template <int kBN, size_t... I>
+__device__ __forceinline__ void wgmma_ss(float* acc, uint64_t desc_a, uint64_t desc_b,
+                                         std::index_sequence<I...>) {
+  Wgmma<kBN>::SharedOp::fma(desc_a, desc_b, acc[I]..., cute::SM90::GMMA::ScaleOut::One);
 }
 
 // acc += partial once the products into `partial` are done (warpgroup_wait): a K block's sum,
@@ -250,20 +299,22 @@ __device__ __forceinline__ void add_block_sum(float (&acc)[N], float (&partial)[
 // an "empty" one, on which every consumer thread arrives once done with the slot. A producer
 // thread publishes K block kb - kLag after issuing (and committing, as one cp.async group)
 // block kb's copies, so kLag blocks stay in flight; a proxy fence first orders its writes
-// before the tensor cores' reads of the slot (the async proxy), the arrive releases them to
-// the consumers' acquire. The kernels of split_tf32_wgmma_conv3d.cuh and _wgrad.cuh.
-template <int kStages>
+// before the tensor cores' reads of the slot (the async proxy; kProducerProxyFence false where
+// no tensor core reads them, or its readers fence), the arrive releases them to the
+// consumers' acquire. The kernels of split_tf32_wgmma_conv3d.cuh and _wgrad.cuh.
+template <int kStages, bool kProducerProxyFence = true>
 struct StageRing {
   static constexpr int kLag = kStages - 2;
   static_assert(kLag >= 1, "publishing lags the copies by 1 .. kStages - 1 blocks");
   uint64_t* full;
   uint64_t* empty;
 
-  // By one thread, before a __syncthreads.
-  __device__ void init() const {
+  // By one thread, before a __syncthreads. (extra_full_arrivals: a thread that issues bulk
+  // copies arrives once more per block, expecting their bytes.)
+  __device__ void init(uint32_t extra_full_arrivals = 0) const {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(smem_u32(&full[s]), 128);   // the producer's threads
-      mbarrier_init(smem_u32(&empty[s]), 256);  // the consumers' threads
+      mbarrier_init(smem_u32(&full[s]), 128 + extra_full_arrivals);  // the producer's threads
+      mbarrier_init(smem_u32(&empty[s]), 256);                       // the consumers' threads
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -277,7 +328,9 @@ struct StageRing {
   __device__ void producer_publish(int kb) const {
     if (kb >= kLag) {
       cp_async_wait<kLag>();
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      if (kProducerProxyFence) {
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      }
       mbarrier_arrive(smem_u32(&full[(kb - kLag) % kStages]));
     }
   }
@@ -333,19 +386,20 @@ struct WarpColumnSums {
 };
 static_assert(sizeof(WarpColumnSums) == 3 * sizeof(float), "WgmmaConvTile::kStaticSmemBytes");
 
-// The block's moments of relu(y) (see "Epilogue" above). `v` holds the accumulators turned
+// The moments of relu(y) over one row tile of a block (see "Epilogue" above): rows m0 ..
+// m0 + 127, index `row_tile` (m0 / 128) in p.tile_moments. `v` holds the accumulators turned
 // into relu(y) (accumulator i: the thread's rows g and g + 8 of its warp's 16, by (i / 2) % 2;
 // tile column 8 * (i / 4) + 2 * t + i % 2); consumer_tid in [0, 256). Per segment, each warp
 // sums its rows' v - shift per column, and the squares (shift: the column's v in the warp's
 // first row of the segment, a value of the data: no cancellation), reduce-scattered over its
-// lanes; after
-// one barrier, thread c (< kBN) turns the 8 warps' sums into moments and combines them in warp
-// order (Chan et al., float32), writing (mean, M2) to p.tile_moments.
-template <int kBN, int kBM>
+// lanes; after one barrier, thread c (< kBN) turns the 8 warps' sums into moments and combines
+// them in warp order (Chan et al., float32), writing (mean, M2) to p.tile_moments.
+template <int kBN>
 __device__ __forceinline__ void store_tile_relu_moments(const WgmmaConvParams& p,
                                                         const float (&v)[kBN / 2], int64_t m0,
-                                                        int n0, int consumer_tid,
+                                                        int64_t row_tile, int n0, int consumer_tid,
                                                         WarpColumnSums (*warp_sums)[kBN]) {
+  constexpr int kBM = 128;        // a row tile: the two consumer warpgroups' m64 tiles
   constexpr int kCols = kBN / 4;  // the thread's columns: L = 2 * j + e -> 8 j + 2 t + e
   const int lane = consumer_tid & 31, warp = consumer_tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -413,7 +467,7 @@ __device__ __forceinline__ void store_tile_relu_moments(const WgmmaConvParams& p
           count = total;
         }
       }
-      p.tile_moments[(blockIdx.x * int64_t{2} + segment) * p.C_out + n0 + consumer_tid] =
+      p.tile_moments[(row_tile * 2 + segment) * p.C_out + n0 + consumer_tid] =
           make_float2(mean, m2);
     }
     if (segment + 1 < segments) {
@@ -426,29 +480,31 @@ __device__ __forceinline__ void store_tile_relu_moments(const WgmmaConvParams& p
 
 }  // namespace wgmma_conv_detail
 
-template <int kBN, int kStages>
+template <typename Tile>
 __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     split_tf32_wgmma_conv3d_kernel(const WgmmaConvParams p) {
 #ifdef FUSED_OPS_WGMMA_ENABLED
   using namespace wgmma_conv_detail;
-  using Tile = WgmmaConvTile<kBN, kStages>;
-  constexpr int kBM = Tile::kBM;
-  constexpr int kAcc = kBN / 2;  // accumulator floats per thread per m64 tile
+  constexpr int kBN = Tile::kBN, kStages = Tile::kStages, kBM = Tile::kBM;
+  constexpr int kAcc = kBN / 2;  // accumulator floats per thread
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
-  const StageRing<kStages> ring{full_bar, empty_bar};
+  const StageRing<kStages, false> ring{full_bar, empty_bar};
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_base - smem_u32(smem_raw));
 
   const int tid = threadIdx.x;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBM;
-  const int n0 = blockIdx.y * kBN;
+  // Persistent: block b takes tiles b, b + gridDim.x, ...; tile t is row tile t / n_tiles and
+  // channel tile t % n_tiles (the channel tiles of a row tile run side by side: x is read
+  // from L2 once for them). The ring's K blocks are counted over all of the block's tiles.
+  const int n_tiles = static_cast<int>((p.C_out + kBN - 1) / kBN);
+  const int64_t tiles = (p.M + kBM - 1) / kBM * n_tiles;
   const int c_chunks = static_cast<int>(p.c_chunks);
   const int k_blocks = static_cast<int>(p.kD * p.kH * p.kW) * c_chunks;
 
   if (tid == 0) {
-    ring.init();
+    ring.init(/*extra_full_arrivals=*/1);  // thread 0's bulk copy of the weights
   }
   __syncthreads();
 
@@ -456,103 +512,106 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     // ---- Producer: thread tid copies 16-byte chunk (tid % 8) of rows tid / 8 + 16 i.
     cutlass::arch::warpgroup_reg_dealloc<Tile::kProducerRegisters>();
     constexpr int kRowsA = kBM / 16;  // activation rows per thread and K block
-    constexpr int kRowsB = kBN / 16;  // weight rows per thread, K block and part
     const int chunk = tid & 7;
     const int row_base = tid >> 3;
-    // Each activation row's window: the offset of its corner (tap 0) in x, in elements, modulo
-    // 2^32 (negative in the padding; see "Offsets" below), and which taps of each dim
-    // fall inside x (bits 0.. of the D taps, then the H taps, then the W taps:
-    // kWgmmaConvMaxTapBits in all); rows past M have no tap inside.
-    uint32_t corner_offset[kRowsA];
-    uint32_t tap_mask[kRowsA];
-#pragma unroll
-    for (int i = 0; i < kRowsA; ++i) {
-      const int64_t m = m0 + row_base + 16 * i;
-      corner_offset[i] = 0;
-      tap_mask[i] = 0;
-      if (m < p.M) {
-        int64_t rest = m;
-        const int64_t q = rest % p.Wo;
-        rest /= p.Wo;
-        const int64_t r = rest % p.Ho;
-        rest /= p.Ho;
-        const int64_t z = rest % p.Do;
-        const int64_t n = rest / p.Do;
-        const int64_t corner[3] = {z * p.stride[0] - p.padding[0], r * p.stride[1] - p.padding[1],
-                                   q * p.stride[2] - p.padding[2]};
-        corner_offset[i] = static_cast<uint32_t>(
-            (((n * p.D + corner[0]) * p.H + corner[1]) * p.W + corner[2]) * p.C_in);
-        const int64_t k[3] = {p.kD, p.kH, p.kW}, size[3] = {p.D, p.H, p.W};
-        int bit = 0;
-#pragma unroll
-        for (int dim = 0; dim < 3; ++dim) {
-          for (int64_t tap = 0; tap < k[dim]; ++tap, ++bit) {
-            const int64_t at = corner[dim] + tap * p.dilation[dim];
-            tap_mask[i] |= (at >= 0 && at < size[dim] ? 1u : 0u) << bit;
-          }
-        }
-      }
-    }
     // The K block's tap (tt, tr, ts), its channel chunk and the tap's offset in x from a
     // row's corner, stepped along with kb (no divisions in the loop). Offsets: in elements;
     // into x in 32-bit unsigned arithmetic (modulo 2^32, so a corner in the padding or a large
-    // dilation step wraps harmlessly: the sum copied from is inside x, below 2^29 elements);
-    // into the split weights in int (fewer than 2^31: wgmma_conv_supported).
+    // dilation step wraps harmlessly: the sum copied from is inside x, below 2^29 elements).
     const int kD = static_cast<int>(p.kD), kH = static_cast<int>(p.kH);
     const int kW = static_cast<int>(p.kW), C_in = static_cast<int>(p.C_in);
     const uint32_t tap_step[3] = {static_cast<uint32_t>(p.dilation[0] * p.H * p.W * p.C_in),
                                   static_cast<uint32_t>(p.dilation[1] * p.W * p.C_in),
                                   static_cast<uint32_t>(p.dilation[2] * p.C_in)};
-    const int c_in_pad = static_cast<int>(p.c_in_pad);
-    const int w_tap_elements = static_cast<int>(p.c_out_pad) * c_in_pad;
+    // Output coordinates by 32-bit divisions (M < 2^31: split_tf32_conv3d_shape_supported).
+    const uint32_t Wo = static_cast<uint32_t>(p.Wo), Ho = static_cast<uint32_t>(p.Ho);
+    const uint32_t Do = static_cast<uint32_t>(p.Do);
     const float* const x = p.x;
-    const float* const w_hi = p.w_hi + (n0 + row_base) * c_in_pad + chunk * 4;
-    const float* const w_lo = p.w_lo + (n0 + row_base) * c_in_pad + chunk * 4;
+    constexpr int kBTileFloats = Tile::kBParts * kBN * kWgmmaConvBK;
     // This thread's 16-byte chunk of its rows, swizzled: rows row_base + 16 i share row % 8.
     const uint32_t dst_in_tile =
         static_cast<uint32_t>(row_base * 128 + ((chunk ^ (row_base & 7)) << 4));
-    int tt = 0, tr = 0, ts = 0, c_chunk = 0, tap = 0;
-    uint32_t tap_offset = 0;
-    for (int kb = 0; kb < k_blocks; ++kb) {
-      const int slot = kb % kStages;
-      ring.producer_acquire(kb);
-      const int c0 = c_chunk * kWgmmaConvBK;
-      // The tap's bits in the masks (the same for every row).
-      const uint32_t tap_bits = (1u << tt) | (1u << (kD + tr)) | (1u << (kD + kH + ts));
-      const int c = c0 + chunk * 4;
-      const bool c_valid = c < C_in;
-      const uint32_t a_smem = smem_base + slot * Tile::kStageBytes + dst_in_tile;
+    int kb = 0;  // the ring's K block, over all tiles
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int64_t m0 = tile / n_tiles * kBM;
+      const int n_tile = static_cast<int>(tile % n_tiles);
+      // Each activation row's window: the offset of its corner (tap 0) in x, in elements,
+      // modulo 2^32 (negative in the padding; see "Offsets" above), and which taps of each dim
+      // fall inside x (bits 0.. of the D taps, then the H taps, then the W taps:
+      // kWgmmaConvMaxTapBits in all); rows past M have no tap inside.
+      uint32_t corner_offset[kRowsA];
+      uint32_t tap_mask[kRowsA];
 #pragma unroll
       for (int i = 0; i < kRowsA; ++i) {
-        const bool valid = c_valid && (tap_mask[i] & tap_bits) == tap_bits;
-        const uint32_t offset = valid ? corner_offset[i] + tap_offset + c : 0u;
-        cp_async_16(a_smem + i * 16 * 128, x + offset, valid);
-      }
-      const int w_offset = tap * w_tap_elements + c0;
+        const int64_t m = m0 + row_base + 16 * i;
+        corner_offset[i] = 0;
+        tap_mask[i] = 0;
+        if (m < p.M) {
+          uint32_t rest = static_cast<uint32_t>(m);
+          const int64_t q = rest % Wo;
+          rest /= Wo;
+          const int64_t r = rest % Ho;
+          rest /= Ho;
+          const int64_t z = rest % Do;
+          const int64_t n = rest / Do;
+          const int64_t corner[3] = {z * p.stride[0] - p.padding[0], r * p.stride[1] - p.padding[1],
+                                     q * p.stride[2] - p.padding[2]};
+          corner_offset[i] = static_cast<uint32_t>(
+              (((n * p.D + corner[0]) * p.H + corner[1]) * p.W + corner[2]) * p.C_in);
+          const int64_t k[3] = {p.kD, p.kH, p.kW}, size[3] = {p.D, p.H, p.W};
+          int bit = 0;
 #pragma unroll
-      for (int i = 0; i < kRowsB; ++i) {
-        cp_async_16(a_smem + Tile::kABytes + i * 16 * 128, w_hi + (w_offset + i * 16 * c_in_pad),
-                    true);
-        cp_async_16(a_smem + Tile::kABytes + Tile::kBBytes + i * 16 * 128,
-                    w_lo + (w_offset + i * 16 * c_in_pad), true);
-      }
-      cp_async_commit();
-      ring.producer_publish(kb);
-      // The next K block: the next chunk of channels, else the next tap.
-      if (++c_chunk == c_chunks) {
-        c_chunk = 0;
-        ++tap;
-        if (++ts == kW) {
-          ts = 0;
-          if (++tr == kH) {
-            tr = 0;
-            ++tt;
+          for (int dim = 0; dim < 3; ++dim) {
+            for (int64_t tap = 0; tap < k[dim]; ++tap, ++bit) {
+              const int64_t at = corner[dim] + tap * p.dilation[dim];
+              tap_mask[i] |= (at >= 0 && at < size[dim] ? 1u : 0u) << bit;
+            }
           }
         }
-        tap_offset = tt * tap_step[0] + tr * tap_step[1] + ts * tap_step[2];  // (unsigned)
+      }
+      // The tile's B tiles, in the order the K loop walks them (split_tf32_weights_kernel):
+      // K block j's is B tile j * n_tiles + n_tile.
+      const float* w_tile = p.w_tiles + static_cast<int64_t>(n_tile) * kBTileFloats;
+      const int64_t w_tile_step = static_cast<int64_t>(n_tiles) * kBTileFloats;
+      int tt = 0, tr = 0, ts = 0, c_chunk = 0;
+      uint32_t tap_offset = 0;
+      for (int j = 0; j < k_blocks; ++j, ++kb, w_tile += w_tile_step) {
+        const int slot = kb % kStages;
+        ring.producer_acquire(kb);
+        if (tid == 0) {
+          const uint32_t full = smem_u32(&full_bar[slot]);
+          mbarrier_arrive_expect_bytes(full, kBTileFloats * 4);
+          bulk_copy_to_shared(smem_base + slot * Tile::kStageBytes + Tile::kABytes, w_tile,
+                              kBTileFloats * 4, full);
+        }
+        // The tap's bits in the masks (the same for every row).
+        const uint32_t tap_bits = (1u << tt) | (1u << (kD + tr)) | (1u << (kD + kH + ts));
+        const int c = c_chunk * kWgmmaConvBK + chunk * 4;
+        const bool c_valid = c < C_in;
+        const uint32_t a_smem = smem_base + slot * Tile::kStageBytes + dst_in_tile;
+#pragma unroll
+        for (int i = 0; i < kRowsA; ++i) {
+          const bool valid = c_valid && (tap_mask[i] & tap_bits) == tap_bits;
+          const uint32_t offset = valid ? corner_offset[i] + tap_offset + c : 0u;
+          cp_async_16(a_smem + i * 16 * 128, x + offset, valid);
+        }
+        cp_async_commit();
+        ring.producer_publish(kb);
+        // The next K block: the next chunk of channels, else the next tap.
+        if (++c_chunk == c_chunks) {
+          c_chunk = 0;
+          if (++ts == kW) {
+            ts = 0;
+            if (++tr == kH) {
+              tr = 0;
+              ++tt;
+            }
+          }
+          tap_offset = tt * tap_step[0] + tr * tap_step[1] + ts * tap_step[2];  // (unsigned)
+        }
       }
     }
-    ring.producer_finish(k_blocks);
+    ring.producer_finish(kb);
     return;
   }
 
@@ -561,120 +620,180 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   const int warp = (tid >> 5) - 4, lane = tid & 31;
   const int wg = warp >> 2;  // consumer warpgroup: 0 or 1
   const int g = lane >> 2, t = lane & 3;
-  // First fragment row of this thread in the block's activation tile, and where its 16-byte
-  // chunks 2t and 2t + 1 of that row and of the row 8 below lie (swizzled; see
+  // First row of this thread in the tile (the epilogue's, and the split products' fragments'),
+  // and where its 16-byte chunks 2t and 2t + 1 of that row lie (swizzled; see
   // wgmma_conv_channel_of_k: channels 8t .. 8t + 7 of the K block).
   const int frag_row0 = wg * 64 + (warp & 3) * 16 + g;
   const uint32_t frag_chunk[2] = {swizzled(frag_row0, 8 * t), swizzled(frag_row0, 8 * t + 4)};
+  __shared__ WarpColumnSums warp_sums[8][kBN];
 
-  // The sums: the tensor cores accumulate one K block (12 products of each output a thread
-  // holds) into `partial`, from zero; the block's sum is then added into `acc` in float32 on
-  // the CUDA cores (see "Accumulation" above).
-  float acc[kAcc], partial[kAcc];
+  int kb = 0;  // the ring's K block, over all tiles
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t m0 = tile / n_tiles * kBM;
+    const int n0 = static_cast<int>(tile % n_tiles) * kBN;
+    float acc[kAcc];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) {
-    acc[i] = 0.f;
-  }
+    for (int i = 0; i < kAcc; ++i) {
+      acc[i] = 0.f;
+    }
 
-  for (int kb = 0; kb < k_blocks; ++kb) {
-    const int slot = kb % kStages;
-    ring.consumer_wait(kb);
-    const uint8_t* a_tile = smem + slot * Tile::kStageBytes;
-    const uint32_t b_hi = smem_base + slot * Tile::kStageBytes + Tile::kABytes;
-    const uint64_t desc_hi = k_major_sw128_desc(b_hi);
-    const uint64_t desc_lo = k_major_sw128_desc(b_hi + Tile::kBBytes);
-    // Rows g and g + 8 (8 * 128 bytes further), channels 8t .. 8t + 3 and 8t + 4 .. 8t + 7.
-    float4 q[2][2];
+    if constexpr (Tile::kSplit) {
+      // The tensor cores accumulate one K block (12 products of each output a thread holds)
+      // into `partial`, from zero; the block's sum is then added into `acc` in float32 on the
+      // CUDA cores (see "Accumulation" above).
+      float partial[kAcc];
+      for (int j = 0; j < k_blocks; ++j, ++kb) {
+        const int slot = kb % kStages;
+        ring.consumer_wait(kb);
+        const uint8_t* a_tile = smem + slot * Tile::kStageBytes;
+        const uint32_t b_hi = smem_base + slot * Tile::kStageBytes + Tile::kABytes;
+        const uint64_t desc_hi = k_major_sw128_desc(b_hi);
+        const uint64_t desc_lo = k_major_sw128_desc(b_hi + Tile::kBBytes);
+        // Rows g and g + 8 (8 * 128 bytes further), channels 8t .. 8t + 3 and 8t + 4 .. 8t + 7.
+        float4 q[2][2];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
+        for (int half = 0; half < 2; ++half) {
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        q[half][j] = *reinterpret_cast<const float4*>(a_tile + frag_chunk[j] + half * 8 * 128);
+          for (int i = 0; i < 2; ++i) {
+            q[half][i] = *reinterpret_cast<const float4*>(a_tile + frag_chunk[i] + half * 8 * 128);
+          }
+        }
+#pragma unroll
+        for (int kk = 0; kk < kWgmmaConvBK / 8; ++kk) {
+          // The m64 x k8 TF32 fragment: (row g, col t), (g + 8, t), (g, t + 4), (g + 8, t + 4),
+          // i.e. channels 8t + 2kk and 8t + 2kk + 1 of rows g and g + 8.
+          const float4& row_g = q[0][kk / 2];
+          const float4& row_g8 = q[1][kk / 2];
+          const float v[4] = {kk % 2 == 0 ? row_g.x : row_g.z, kk % 2 == 0 ? row_g8.x : row_g8.z,
+                              kk % 2 == 0 ? row_g.y : row_g.w, kk % 2 == 0 ? row_g8.y : row_g8.w};
+          uint32_t a_hi[4], a_lo[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            split_tf32_rounded(v[i], a_hi[i], a_lo[i]);
+          }
+          cute::warpgroup_arrive();
+          // 32 bytes (k8) further along the swizzled rows: the descriptor's address is in 16
+          // bytes.
+          const uint64_t k_step = static_cast<uint64_t>(kk * 2);
+          // The small products first (the block's first overwrites `partial`), then the large
+          // one.
+          const auto first =
+              kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One;
+          wgmma_rs<kBN>(partial, a_lo, desc_hi + k_step, first, std::make_index_sequence<kAcc>{});
+          wgmma_rs<kBN>(partial, a_hi, desc_lo + k_step, cute::SM90::GMMA::ScaleOut::One,
+                        std::make_index_sequence<kAcc>{});
+          wgmma_rs<kBN>(partial, a_hi, desc_hi + k_step, cute::SM90::GMMA::ScaleOut::One,
+                        std::make_index_sequence<kAcc>{});
+        }
+        cute::warpgroup_commit_batch();
+        cute::warpgroup_wait<0>();
+        // The slot is free once this thread's products (and its fragment loads) are done.
+        ring.consumer_release(kb);
+        add_block_sum(acc, partial);
+      }
+    } else {
+      // Plain TF32: both operands from shared memory (x and the weights already TF32 values,
+      // in the channels' own order), into `acc` directly (TF32's rounding of the operands,
+      // ~2^-11 relative, dwarfs the accumulation's bias). One K block's products stay in
+      // flight while the next block's are issued; a slot is released once its products are
+      // done. (The proxy fence: x's tile was written by ordinary copies.)
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) {
+        cute::warpgroup_fence_operand(acc[i]);
+      }
+      for (int j = 0; j < k_blocks; ++j, ++kb) {
+        const int slot = kb % kStages;
+        ring.consumer_wait(kb);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        const uint32_t stage = smem_base + slot * Tile::kStageBytes;
+        const uint64_t desc_a = k_major_sw128_desc(stage + wg * 64 * 128);  // this WG's rows
+        const uint64_t desc_b = k_major_sw128_desc(stage + Tile::kABytes);
+        cute::warpgroup_arrive();
+#pragma unroll
+        for (int kk = 0; kk < kWgmmaConvBK / 8; ++kk) {
+          const uint64_t k_step = static_cast<uint64_t>(kk * 2);  // 32 bytes, in 16s
+          wgmma_ss<kBN>(acc, desc_a + k_step, desc_b + k_step, std::make_index_sequence<kAcc>{});
+        }
+        cute::warpgroup_commit_batch();
+        cute::warpgroup_wait<1>();  // the previous block's products are done
+        if (j > 0) {
+          ring.consumer_release(kb - 1);
+        }
+      }
+      cute::warpgroup_wait<0>();
+      ring.consumer_release(kb - 1);
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) {
+        cute::warpgroup_fence_operand(acc[i]);
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < kWgmmaConvBK / 8; ++kk) {
-      // The m64 x k8 TF32 fragment: (row g, col t), (g + 8, t), (g, t + 4), (g + 8, t + 4),
-      // i.e. channels 8t + 2kk and 8t + 2kk + 1 of rows g and g + 8.
-      const float4& row_g = q[0][kk / 2];
-      const float4& row_g8 = q[1][kk / 2];
-      const float v[4] = {kk % 2 == 0 ? row_g.x : row_g.z, kk % 2 == 0 ? row_g8.x : row_g8.z,
-                          kk % 2 == 0 ? row_g.y : row_g.w, kk % 2 == 0 ? row_g8.y : row_g8.w};
-      uint32_t a_hi[4], a_lo[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        split_tf32_rounded(v[j], a_hi[j], a_lo[j]);
-      }
-      cute::warpgroup_arrive();
-      // 32 bytes (k8) further along the swizzled rows: the descriptor's address is in 16 bytes.
-      const uint64_t k_step = static_cast<uint64_t>(kk * 2);
-      // The small products first (the block's first overwrites `partial`), then the large one.
-      const auto first =
-          kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One;
-      wgmma_rs<kBN>(partial, a_lo, desc_hi + k_step, first, std::make_index_sequence<kAcc>{});
-      wgmma_rs<kBN>(partial, a_hi, desc_lo + k_step, cute::SM90::GMMA::ScaleOut::One,
-                    std::make_index_sequence<kAcc>{});
-      wgmma_rs<kBN>(partial, a_hi, desc_hi + k_step, cute::SM90::GMMA::ScaleOut::One,
-                    std::make_index_sequence<kAcc>{});
-    }
-    cute::warpgroup_commit_batch();
-    cute::warpgroup_wait<0>();
-    // The slot is free once this thread's products (and its fragment loads) are done.
-    ring.consumer_release(kb);
-    add_block_sum(acc, partial);
-  }
 
-  // Epilogue. Accumulator i of the m64 x kBN tile: row g + 8 * ((i / 2) % 2), column
-  // 8 * (i / 4) + 2 * t + i % 2. acc becomes y = acc + bias (columns past C_out keep acc: 0,
-  // the weights' padding).
-#pragma unroll
-  for (int j = 0; j < kBN / 8; ++j) {
-    const int col = n0 + 8 * j + 2 * t;
-    if (col < p.C_out) {  // C_out is even: both columns or neither
-      const float2 b = *reinterpret_cast<const float2*>(p.bias + col);
-      acc[4 * j] += b.x, acc[4 * j + 1] += b.y, acc[4 * j + 2] += b.x, acc[4 * j + 3] += b.y;
-    }
-  }
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t m = m0 + frag_row0 + 8 * half;
-    if (m >= p.M) {
-      continue;
-    }
-    float* y_row = p.y + m * p.C_out;
+    // Epilogue. Accumulator i of the m64 x kBN tile: row g + 8 * ((i / 2) % 2), column
+    // 8 * (i / 4) + 2 * t + i % 2. acc becomes y = acc + bias (columns past C_out keep acc: 0,
+    // the weights' padding).
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
       const int col = n0 + 8 * j + 2 * t;
-      if (col < p.C_out) {
-        *reinterpret_cast<float2*>(y_row + col) =
-            make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+      if (col < p.C_out) {  // C_out is even: both columns or neither
+        const float2 b = *reinterpret_cast<const float2*>(p.bias + col);
+        acc[4 * j] += b.x, acc[4 * j + 1] += b.y, acc[4 * j + 2] += b.x, acc[4 * j + 3] += b.y;
       }
     }
-  }
-  if (p.tile_moments != nullptr) {
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-      acc[i] = acc[i] < 0.f ? 0.f : acc[i];  // relu(y) as stored (NaN kept)
+    for (int half = 0; half < 2; ++half) {
+      const int64_t m = m0 + frag_row0 + 8 * half;
+      if (m >= p.M) {
+        continue;
+      }
+      float* y_row = p.y + m * p.C_out;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        const int col = n0 + 8 * j + 2 * t;
+        if (col < p.C_out) {
+          *reinterpret_cast<float2*>(y_row + col) =
+              make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+        }
+      }
     }
-    __shared__ WarpColumnSums warp_sums[8][kBN];
-    store_tile_relu_moments<kBN, kBM>(p, acc, m0, n0, tid - 128, warp_sums);
+    if (p.tile_moments != nullptr) {
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) {
+        acc[i] = acc[i] < 0.f ? 0.f : acc[i];  // relu(y) as stored (NaN kept)
+      }
+      if (tile >= gridDim.x) {
+        consumer_barrier();  // the block's previous tile is done with warp_sums
+      }
+      store_tile_relu_moments<kBN>(p, acc, m0, m0 / kBM, n0, tid - 128, warp_sums);
+    }
   }
 #else
   __trap();  // built without sm_90a code: the host never launches it (wgmma_conv_available)
 #endif
 }
 
-// Runs the kernel with `Tile` on weights already split (p.w_hi, p.w_lo).
+// Runs the kernel with `Tile` on weights already split into its B tiles (p.w_tiles).
 template <typename Tile>
 cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_t stream) {
-  const auto kernel = split_tf32_wgmma_conv3d_kernel<Tile::kBN, Tile::kStages>;
+  if (p.b_bn != Tile::kBN || p.b_parts != Tile::kBParts) {
+    return cudaErrorInvalidValue;  // weights split for another tile
+  }
+  const auto kernel = split_tf32_wgmma_conv3d_kernel<Tile>;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
   if (e != cudaSuccess) {
     return e;
   }
-  const dim3 grid(static_cast<unsigned>((p.M + Tile::kBM - 1) / Tile::kBM),
-                  static_cast<unsigned>((p.C_out + Tile::kBN - 1) / Tile::kBN));
+  // Persistent: a block per SM (one fits), or per tile where there are fewer.
+  int device = 0, sms = 0;
+  cudaError_t e2 = cudaGetDevice(&device);
+  if (e2 == cudaSuccess) {
+    e2 = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  }
+  if (e2 != cudaSuccess) {
+    return e2;
+  }
+  const int64_t tiles = (p.M + Tile::kBM - 1) / Tile::kBM * ((p.C_out + Tile::kBN - 1) / Tile::kBN);
+  const unsigned grid = static_cast<unsigned>(tiles < sms ? tiles : sms);
   kernel<<<grid, kWgmmaConvThreads, Tile::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
@@ -687,14 +806,15 @@ bool wgmma_conv_available();
 // Whether it takes this shape on the current device.
 bool wgmma_conv_supported(const conv::Conv3dShape& s);
 // Whether it also computes the ReLU -> GroupNorm statistics (Conv3dChannelsLastParams::
-// relu_channel_moments) for this shape: where it takes the shape and a block's 128 rows hold
-// at most two samples (Do * Ho * Wo >= 128).
+// relu_channel_moments) for this shape: where it takes the shape and a row tile's 128 rows
+// hold at most two samples (Do * Ho * Wo >= 128).
 bool wgmma_conv_relu_moments_supported(const conv::Conv3dShape& s);
-// The weights' split (two padded TF32 arrays), and the blocks' moments where asked for, in
-// bytes.
+// The split weights' B tiles (room for either tile width), and the row tiles' moments where
+// asked for, in bytes.
 size_t wgmma_conv_workspace_bytes(const conv::Conv3dChannelsLastParams& p);
-// The kernel's parameters for `p` (the split weights in `workspace`), and the weights' split
-// into it, enqueued on `stream`.
+// The kernel's parameters for `p` (the split weights in `workspace`, as B tiles for the tile
+// the library runs on the shape: WgmmaConvParams::b_bn, b_parts), and the weights' split into
+// it (by p's b_bn and b_parts), enqueued on `stream`.
 WgmmaConvParams wgmma_conv_params(const conv::Conv3dChannelsLastParams& p, void* workspace);
 cudaError_t split_tf32_weights(const conv::Conv3dChannelsLastParams& p, const WgmmaConvParams& wp,
                                cudaStream_t stream);

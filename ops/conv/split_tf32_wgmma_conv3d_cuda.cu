@@ -25,6 +25,11 @@ using NarrowTile = WgmmaConvTile<64, 4>;
 
 bool narrow(const conv::Conv3dShape& s) { return s.C_out <= 64; }
 
+template <typename Tile>
+int tile_smem_bytes() {
+  return Tile::kSmemBytes + Tile::kStaticSmemBytes;
+}
+
 int64_t taps(const conv::Conv3dShape& s) { return s.kD * s.kH * s.kW; }
 int64_t c_in_pad(const conv::Conv3dShape& s) {
   return (s.C_in + kWgmmaConvBK - 1) / kWgmmaConvBK * kWgmmaConvBK;
@@ -32,8 +37,10 @@ int64_t c_in_pad(const conv::Conv3dShape& s) {
 int64_t c_out_pad(const conv::Conv3dShape& s) {
   return (s.C_out + kWgmmaConvMaxBN - 1) / kWgmmaConvMaxBN * kWgmmaConvMaxBN;
 }
-size_t split_weight_elements(const conv::Conv3dShape& s) {
-  return static_cast<size_t>(taps(s) * c_out_pad(s) * c_in_pad(s));
+// The B tiles' floats (WgmmaConvParams::w_tiles) for tiles of `bn` (64 or 128) channels and
+// `parts` parts: at most the workspace's 2 * taps * c_out_pad * c_in_pad.
+size_t weight_tile_elements(const conv::Conv3dShape& s, int64_t bn, int64_t parts) {
+  return static_cast<size_t>(taps(s) * c_in_pad(s) * ((s.C_out + bn - 1) / bn * bn) * parts);
 }
 
 // Its sm_90a image holds static shared memory, any other image none: which image this device
@@ -49,30 +56,37 @@ __global__ void wgmma_image_probe_kernel(int* out) {
 #endif
 }
 
-// w (C_out, taps, C_in) -> w_hi, w_lo (taps, c_out_pad, c_in_pad): TF32 high parts and
-// TF32-rounded remainders, zero in the padding, the channels of each block of 32 in the
-// kernel's K order (wgmma_conv_channel_of_k).
-__global__ void split_tf32_weights_kernel(const float* __restrict__ w, float* __restrict__ w_hi,
-                                          float* __restrict__ w_lo, int64_t C_out, int64_t taps,
-                                          int64_t C_in, int64_t c_out_pad, int64_t c_in_pad) {
-  const int64_t total = taps * c_out_pad * c_in_pad;
+// w (C_out, taps, C_in) -> p.w_tiles: the B tile of each K block and C_out tile (see
+// WgmmaConvParams), its rows as the kernel's 128-byte-swizzled shared memory holds them.
+// Split products (b_parts 2): TF32 high parts, then the TF32-rounded remainders, the channels of
+// each block of 32 in the split products' K order (wgmma_conv_channel_of_k); plain TF32
+// (b_parts 1): w rounded, in the channels' own order (both operands come from shared memory).
+__global__ void split_tf32_weights_kernel(const float* __restrict__ w, WgmmaConvParams p) {
+  const int64_t taps = p.kD * p.kH * p.kW;
+  const int64_t n_tiles = (p.C_out + p.b_bn - 1) / p.b_bn;
+  const int64_t tile_floats = p.b_parts * p.b_bn * kWgmmaConvBK;
+  const int64_t total = taps * p.c_chunks * n_tiles * tile_floats;
+  float* const w_tiles = const_cast<float*>(p.w_tiles);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t k_in_row = i % c_in_pad;
-    const int64_t c =
-        k_in_row - k_in_row % kWgmmaConvBK +
-        wgmma_conv_detail::wgmma_conv_channel_of_k(static_cast<int>(k_in_row % kWgmmaConvBK));
-    const int64_t k = (i / c_in_pad) % c_out_pad;
-    const int64_t tap = i / (c_in_pad * c_out_pad);
-    float hi = 0.f, lo = 0.f;
-    if (k < C_out && c < C_in) {
-      uint32_t h, l;
-      wgmma_conv_detail::split_tf32_rounded(w[(k * taps + tap) * C_in + c], h, l);
-      hi = __uint_as_float(h);
-      lo = __uint_as_float(l);
+    const int64_t in_tile = i % tile_floats;
+    const int64_t tile = i / tile_floats;  // (tap * c_chunks + c_chunk) * n_tiles + n_tile
+    const int position = static_cast<int>(in_tile % kWgmmaConvBK);
+    const int64_t row = (in_tile / kWgmmaConvBK) % p.b_bn;
+    const int64_t part = in_tile / (kWgmmaConvBK * p.b_bn);
+    // The swizzle: 16-byte chunk position / 4 of row `row` holds chunk (position / 4) ^ (row % 8).
+    const int k = (((position >> 2) ^ static_cast<int>(row & 7)) << 2) | (position & 3);
+    const int64_t c = (tile / n_tiles) % p.c_chunks * kWgmmaConvBK +
+                      (p.b_parts == 2 ? wgmma_conv_detail::wgmma_conv_channel_of_k(k) : k);
+    const int64_t k_out = tile % n_tiles * p.b_bn + row;
+    const int64_t tap = tile / (n_tiles * p.c_chunks);
+    float value = 0.f;
+    if (k_out < p.C_out && c < p.C_in) {
+      uint32_t hi, lo;
+      wgmma_conv_detail::split_tf32_rounded(w[(k_out * taps + tap) * p.C_in + c], hi, lo);
+      value = __uint_as_float(part == 0 ? hi : lo);
     }
-    w_hi[i] = hi;
-    w_lo[i] = lo;
+    w_tiles[i] = value;
   }
 }
 
@@ -148,7 +162,8 @@ __global__ void __launch_bounds__(kMomentsWarps * 32)
 }
 
 size_t split_weight_bytes(const conv::Conv3dShape& s) {
-  return 2 * split_weight_elements(s) * sizeof(float);  // a multiple of 16
+  return static_cast<size_t>(2 * taps(s) * c_out_pad(s) * c_in_pad(s)) *
+         sizeof(float);  // (a multiple of 16)
 }
 
 size_t tile_moments_bytes(const conv::Conv3dShape& s) {
@@ -169,12 +184,9 @@ bool wgmma_conv_supported(const conv::Conv3dShape& s) {
   // 16-byte copies and the float2 stores, element counts within int32), and kernels of at most
   // 32 taps along D, H and W together (the rows' tap masks).
   const size_t smem = current_device_info().shared_memory;
-  // int element offsets into the split weights too.
   return conv::split_tf32_conv3d_shape_supported(s) && s.kD + s.kH + s.kW <= kWgmmaConvMaxTapBits &&
-         split_weight_elements(s) <= static_cast<size_t>(INT32_MAX) &&
-         static_cast<size_t>(narrow(s)
-                                 ? NarrowTile::kSmemBytes + NarrowTile::kStaticSmemBytes
-                                 : WideTile::kSmemBytes + WideTile::kStaticSmemBytes) <= smem &&
+         static_cast<size_t>(narrow(s) ? tile_smem_bytes<NarrowTile>()
+                                       : tile_smem_bytes<WideTile>()) <= smem &&
          wgmma_conv_available();
 }
 
@@ -197,12 +209,11 @@ WgmmaConvParams wgmma_conv_params(const conv::Conv3dChannelsLastParams& cp, void
     p.stride[i] = s.stride[i], p.padding[i] = s.padding[i], p.dilation[i] = s.dilation[i];
   }
   p.M = s.N * s.Do * s.Ho * s.Wo;
-  p.c_in_pad = c_in_pad(s);
-  p.c_chunks = p.c_in_pad / kWgmmaConvBK;
-  p.c_out_pad = c_out_pad(s);
+  p.c_chunks = c_in_pad(s) / kWgmmaConvBK;
   p.x = cp.x;
-  p.w_hi = static_cast<const float*>(workspace);
-  p.w_lo = p.w_hi + split_weight_elements(s);
+  p.w_tiles = static_cast<const float*>(workspace);
+  p.b_bn = narrow(s) ? 64 : 128;
+  p.b_parts = 2;  // split products (the check program runs plain TF32 with 1)
   p.bias = cp.bias;
   p.y = cp.y;
   if (cp.relu_channel_moments != nullptr) {
@@ -215,12 +226,10 @@ WgmmaConvParams wgmma_conv_params(const conv::Conv3dChannelsLastParams& cp, void
 
 cudaError_t split_tf32_weights(const conv::Conv3dChannelsLastParams& cp, const WgmmaConvParams& p,
                                cudaStream_t stream) {
-  const int64_t elements = static_cast<int64_t>(split_weight_elements(cp.conv));
+  const int64_t elements = static_cast<int64_t>(weight_tile_elements(cp.conv, p.b_bn, p.b_parts));
   const int threads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>((elements + threads - 1) / threads, 4096));
-  split_tf32_weights_kernel<<<blocks, threads, 0, stream>>>(
-      cp.weight, const_cast<float*>(p.w_hi), const_cast<float*>(p.w_lo), p.C_out, taps(cp.conv),
-      p.C_in, p.c_out_pad, p.c_in_pad);
+  split_tf32_weights_kernel<<<blocks, threads, 0, stream>>>(cp.weight, p);
   return cudaGetLastError();
 }
 
