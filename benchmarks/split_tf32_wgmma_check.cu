@@ -522,9 +522,6 @@ int main(int argc, char** argv) {
       return wp;
     };
     const gpu::WgmmaConvParams wp128 = tile_params(d.p, d.workspace, 128);
-    check("128x128/4", [&] {
-      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4>>(wp128, nullptr);
-    });
     check("128x128/3", [&] {
       return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 3>>(wp128, nullptr);
     });
@@ -532,8 +529,8 @@ int main(int argc, char** argv) {
     check("128x64/4", [&] {
       return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 4>>(wp64, nullptr);
     });
-    check("128x64/6", [&] {
-      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 6>>(wp64, nullptr);
+    check("128x64/5", [&] {
+      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 5>>(wp64, nullptr);
     });
     // Plain TF32 products (one per product, as cuDNN's with TF32 allowed; x rounded to TF32
     // first, the weights by the split): the kernel's other mode, measured against cuDNN's
@@ -562,12 +559,9 @@ int main(int argc, char** argv) {
     check_tf32("tf32 128x128/4", [&] {
       return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false>>(tw128, nullptr);
     });
-    check_tf32("tf32 128x128/6", [&] {
-      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 6, false>>(tw128, nullptr);
-    });
     const gpu::WgmmaConvParams tw64 = tf32_params(64);
-    check_tf32("tf32 128x64/8", [&] {
-      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 8, false>>(tw64, nullptr);
+    check_tf32("tf32 128x64/6", [&] {
+      return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 6, false>>(tw64, nullptr);
     });
     CHECK_CUDA(cudaFree(const_cast<float*>(tp.x)));
   }

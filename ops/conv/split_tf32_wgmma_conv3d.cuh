@@ -47,9 +47,9 @@
 // Tiling and pipeline: a tile is kBM = 128 output positions (consecutive in the flattened M)
 // by kBN channels, computed in K blocks of 32 channels of one tap. The kernel is persistent:
 // a block per SM walks the tiles, so that its producer copies the next tile's first K blocks
-// while the consumers finish the last one's (the block's setup, its pipeline's filling and
-// the epilogue were per tile: 2.13-2.14 -> 2.04-2.05 ms at the headline on an H100,
-// 2026-11-26). Three warpgroups (warp-specialized, as CUTLASS's sm90 kernels):
+// while the last one's finish (the block's setup and its pipeline's filling were per tile:
+// 2.13-2.14 -> 2.04-2.05 ms at the headline on an H100, 2026-11-26). Four warpgroups
+// (warp-specialized, as CUTLASS's sm90 kernels):
 //   - a producer warpgroup copies each K block's activation rows (cp.async, 16 bytes a copy,
 //     zero-filled in the padding and past C_in or M) and its weight tiles (one bulk copy, by
 //     thread 0, which the "full" mbarrier counts in bytes) into a kStages-deep ring of shared
@@ -60,22 +60,24 @@
 //     newest copies): the activations are read by the consumers' loads (no proxy fence; the
 //     weights' copy is the async proxy's own, as the tensor cores' reads) (StageRing);
 //   - two consumer warpgroups, each m64 x kBN accumulators (wgmma m64nBNk8), wait on a
-//     slot's "full" barrier, multiply, and release the slot on its "empty" barrier.
+//     slot's "full" barrier, multiply, and release the slot on its "empty" barrier; at the
+//     tile's end they stage y = acc + bias in shared memory (OutTileHandoff) and go on;
+//   - an epilogue warpgroup stores the staged tile (whole rows, 16 bytes a lane) and, where
+//     asked for, its moments, while the consumers compute the next tile. (The consumers did
+//     this themselves, stores from the accumulators and the moments by shuffles: Nsight
+//     Compute found them there ~8-12% of their time, the tensor cores idle meanwhile; moved,
+//     the headline's forward with the moments went 2.18 -> 2.07 ms, 2026-11-26.)
 // The consumers never wait for each other: while one adds its block's sum and loads its next
 // fragments, the other's products keep the tensor cores busy. Registers move from the producer
-// (which needs few) to the consumers (setmaxnreg).
+// and the epilogue warpgroup (which need few) to the consumers (setmaxnreg).
 //
-// Epilogue: y = acc + bias[k], float2 stores straight from the accumulators (each row's
-// stores fill whole 32-byte sectors). Optionally (tile_moments set: the ReLU -> GroupNorm
-// consumer's statistics, so that no pass reads y back for them), the block's per-channel
-// moments of relu(y) over its rows of each sample they hold: per warp and column, sums of
-// v - shift and of its squares (the shift a value of the column: no E[v^2] - mean^2
-// cancellation) reduced over the warp's rows by shuffles, then the 8 consumer warps' moments
-// combined through shared memory in a fixed order; relu_moments_of_tiles_kernel combines the
-// blocks per (sample, channel) (in double). Rows are consecutive output positions, so a block
-// holds one sample's rows, or two where it straddles a boundary (the host asks for the moments
-// only where a sample has at least kBM rows: wgmma_conv_relu_moments_supported).
-// The moments are per row tile (kBM rows), whichever block computes it.
+// Moments (tile_moments set: the ReLU -> GroupNorm consumer's statistics, so that no pass
+// reads y back for them): per row tile and sample it holds, the (mean, M2) of relu(y) per
+// channel, two passes over the staged column (the mean, then the squared deviations from it:
+// no E[v^2] - mean^2 cancellation); relu_moments_of_tiles_kernel combines the tiles per
+// (sample, channel) (in double). Rows are consecutive output positions, so a tile holds one
+// sample's rows, or two where it straddles a boundary (the host asks for the moments only
+// where a sample has at least kBM rows: wgmma_conv_relu_moments_supported).
 #pragma once
 
 #include "conv/conv_kernels.h"
@@ -115,15 +117,17 @@ struct WgmmaConvParams {
   int64_t b_parts;    // 2 (split products: high and low parts) or 1 (plain TF32)
   const float* bias;  // C_out
   float* y;
-  // Optional, null for none: per (block row tile, segment 0/1, channel) the (mean, M2) of
+  // Optional, null for none: per (row tile, segment 0/1, channel) the (mean, M2) of
   // relu(y) over the tile's rows of its first / second sample, [ceil(M / 128)][2][C_out]
   // (segment 1 written only by tiles that straddle samples). Needs spatial >= 128.
   float2* tile_moments;
   int64_t spatial;  // Do * Ho * Wo: rows per sample
 };
 
-constexpr int kWgmmaConvBK = 32;          // input channels per K block: one 128-byte row
-constexpr int kWgmmaConvThreads = 384;    // a producer and two consumer warpgroups
+constexpr int kWgmmaConvBK = 32;        // input channels per K block: one 128-byte row
+constexpr int kWgmmaConvThreads = 384;  // a producer and two consumer warpgroups
+// The convolution's block adds an epilogue warpgroup.
+constexpr int kWgmmaConvBlockThreads = kWgmmaConvThreads + 128;
 constexpr int kWgmmaConvMaxBN = 128;      // the widest tile's channels
 constexpr int kWgmmaConvMaxTapBits = 32;  // kD + kH + kW at most (the rows' tap masks)
 
@@ -138,20 +142,29 @@ struct WgmmaConvTile {
   static constexpr int kBBytes = kBN * 128;
   static constexpr int kBParts = kSplit ? 2 : 1;  // the weights' TF32 parts: high (and low)
   static constexpr int kStageBytes = kABytes + kBParts * kBBytes;
+  // The staged output tile (y = acc + bias, kBM rows of kBN floats): a row pitch of 8 modulo
+  // 32 words makes the consumers' 8-byte stores conflict-free (each half warp's 4 rows x 4
+  // column pairs cover the 32 banks) and keeps rows 16-byte aligned for the epilogue
+  // warpgroup's row reads; its column reads are conflict-free at any pitch.
+  static constexpr int kOutPitch = kBN + 8;
+  static constexpr int kOutBytes = kBM * kOutPitch * 4;
   // + 1 KB to align the ring to the 1024-byte swizzle atom
-  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
-  // Static shared memory besides: the epilogue's per-warp column sums (WarpColumnSums) and
-  // the ring's mbarriers.
-  static constexpr int kStaticSmemBytes =
-      8 * kBN * 3 * static_cast<int>(sizeof(float)) + 2 * kStages * 8;
-  // Registers per thread after setmaxnreg (the block's 3 x 128 threads share 64 K): the
+  static constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024;
+  // Static shared memory besides: the ring's mbarriers and the output tile's two.
+  static constexpr int kStaticSmemBytes = 2 * kStages * 8 + 2 * 8;
+  // Registers per thread after setmaxnreg (the block's 4 x 128 threads share 64 K): the
   // producer keeps 2 per activation row it copies (8 rows), the consumers their accumulators
-  // and a K block's sums (kBN floats) and fragments (16 floats). (Two m64 tiles per consumer,
-  // kBM = 256, spilled and serialized the products with 256 x 64 tiles, and were slower where
-  // they compiled: benchmarks/split_tf32_wgmma_check.cu, 2026-11-25; with plain TF32 products
-  // they compiled and were slower too, 2026-11-26.)
-  static constexpr int kProducerRegisters = 56;
-  static constexpr int kConsumerRegisters = 224;
+  // and a K block's sums (kBN floats) and fragments (16 floats), the epilogue warpgroup a few
+  // sums per column. (Two m64 tiles per consumer, kBM = 256, spilled and serialized the
+  // products with 256 x 64 tiles, and were slower where they compiled:
+  // benchmarks/split_tf32_wgmma_check.cu, 2026-11-25; with plain TF32 products they compiled
+  // and were slower too, 2026-11-26.)
+  static constexpr int kProducerRegisters = 40;
+  static constexpr int kConsumerRegisters = 208;
+  static constexpr int kEpilogueRegisters = 56;
+  static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024, "an sm_90 block's shared memory");
+  static_assert(kProducerRegisters + 2 * kConsumerRegisters + kEpilogueRegisters <= 512,
+                "64 K registers a block of 512 threads");
   static_assert(kBN == 64 || kBN == 128, "the wgmma shapes instantiated: N = 64 or 128");
 };
 
@@ -351,137 +364,53 @@ struct StageRing {
   }
 };
 
-// Named barrier 1 over the two consumer warpgroups (the producer warpgroup has exited).
-__device__ __forceinline__ void consumer_barrier() {
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
-}
-
-// Each of the thread's kCols column values summed over the 8 lanes of the warp that hold the
-// same columns (lane bits 2..4, the accumulator rows g), by a reduce-scatter (3 steps, each
-// sending half of what is left): afterwards v[i], i < kCols / 8, is the warp's sum of the
-// thread's column i + (kCols / 8) * g. Each sum has one fixed order.
-// (One step: the lanes `kMask` apart swap halves of v[0, 2 kHalf); compile-time bounds keep v
-// in registers.)
-template <int kHalf, int kMask, int kCols>
-__device__ __forceinline__ void exchange_half_columns(float (&v)[kCols], int lane) {
-  const bool upper = (lane & kMask) != 0;
+// Over rows [lo, hi) of a staged column (pitch kPitch floats): the sum of relu(v) - center,
+// squared if `square`, in 8 interleaved sums added pairwise (NaN kept).
+template <int kPitch>
+__device__ __forceinline__ float sum_column_rows(const float* column, int lo, int hi, float center,
+                                                 bool square) {
+  float part[8] = {};
+  for (int r0 = lo; r0 < hi; r0 += 8) {
 #pragma unroll
-  for (int i = 0; i < kHalf; ++i) {
-    const float send = upper ? v[i] : v[i + kHalf];
-    const float keep = upper ? v[i + kHalf] : v[i];
-    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kMask);
+    for (int k = 0; k < 8; ++k) {
+      if (r0 + k < hi) {
+        const float v = column[(r0 + k) * kPitch];
+        const float d = (v < 0.f ? 0.f : v) - center;
+        part[k] += square ? d * d : d;
+      }
+    }
   }
-}
-template <int kCols>
-__device__ __forceinline__ void sum_columns_over_warp_rows(float (&v)[kCols], int lane) {
-  static_assert(kCols % 8 == 0, "three halvings");
-  exchange_half_columns<kCols / 2, 16>(v, lane);
-  exchange_half_columns<kCols / 4, 8>(v, lane);
-  exchange_half_columns<kCols / 8, 4>(v, lane);
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
-// Per-warp moments of one column: shifted sums of its rows, and the shift.
-struct WarpColumnSums {
-  float shift, sum, sum_sq;  // sum of (v - shift) and of its squares
+// The staged output tile between the consumer warpgroups and the epilogue warpgroup: for the
+// block's u-th tile the consumers wait for it to be free (the epilogue warpgroup's 128
+// arrivals on `free` for tile u - 1), fill it and arrive on `full` (256 arrivals), on which
+// the epilogue warpgroup waits. mbarriers: the arrivals release the writes (or reads) before
+// them, the waits acquire them.
+struct OutTileHandoff {
+  uint64_t* full;
+  uint64_t* free;
+  __device__ void init() const {  // by one thread, before a __syncthreads
+    mbarrier_init(smem_u32(full), 256);
+    mbarrier_init(smem_u32(free), 128);
+  }
+  __device__ void consumer_wait_free(int u) const {
+    if (u > 0) {
+      mbarrier_wait(smem_u32(free), (u - 1) & 1);
+    }
+  }
+  __device__ void consumer_arrive_full() const { mbarrier_arrive(smem_u32(full)); }
+  __device__ void epilogue_wait_full(int u) const { mbarrier_wait(smem_u32(full), u & 1); }
+  __device__ void epilogue_arrive_free() const { mbarrier_arrive(smem_u32(free)); }
 };
-static_assert(sizeof(WarpColumnSums) == 3 * sizeof(float), "WgmmaConvTile::kStaticSmemBytes");
-
-// The moments of relu(y) over one row tile of a block (see "Epilogue" above): rows m0 ..
-// m0 + 127, index `row_tile` (m0 / 128) in p.tile_moments. `v` holds the accumulators turned
-// into relu(y) (accumulator i: the thread's rows g and g + 8 of its warp's 16, by (i / 2) % 2;
-// tile column 8 * (i / 4) + 2 * t + i % 2); consumer_tid in [0, 256). Per segment, each warp
-// sums its rows' v - shift per column, and the squares (shift: the column's v in the warp's
-// first row of the segment, a value of the data: no cancellation), reduce-scattered over its
-// lanes; after one barrier, thread c (< kBN) turns the 8 warps' sums into moments and combines
-// them in warp order (Chan et al., float32), writing (mean, M2) to p.tile_moments.
-template <int kBN>
-__device__ __forceinline__ void store_tile_relu_moments(const WgmmaConvParams& p,
-                                                        const float (&v)[kBN / 2], int64_t m0,
-                                                        int64_t row_tile, int n0, int consumer_tid,
-                                                        WarpColumnSums (*warp_sums)[kBN]) {
-  constexpr int kBM = 128;        // a row tile: the two consumer warpgroups' m64 tiles
-  constexpr int kCols = kBN / 4;  // the thread's columns: L = 2 * j + e -> 8 j + 2 t + e
-  const int lane = consumer_tid & 31, warp = consumer_tid >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  // Rows: consumer warp w holds block rows 16 w .. 16 w + 15.
-  const int64_t warp_row0 = m0 + 16 * warp;
-  const int64_t rows_end = min(m0 + kBM, p.M);
-  const int64_t boundary = (m0 / p.spatial + 1) * p.spatial;  // the next sample's first row
-  const int segments = boundary < rows_end ? 2 : 1;
-  for (int segment = 0; segment < segments; ++segment) {
-    const int64_t lo = segment == 0 ? m0 : boundary;
-    const int64_t hi = segment == 0 ? min(boundary, rows_end) : rows_end;
-    const bool inside_g = warp_row0 + g >= lo && warp_row0 + g < hi;
-    const bool inside_g8 = warp_row0 + g + 8 >= lo && warp_row0 + g + 8 < hi;
-    // The shifts: each column's value in the warp's first row of the segment (a row of the
-    // segment's own sample: a NaN or infinity of the other sample must not reach these sums;
-    // any row where the warp has none), from the lane holding it.
-    const int64_t lo_in_warp = lo - warp_row0;
-    const int first = lo_in_warp <= 0 ? 0 : lo_in_warp >= 15 ? 15 : static_cast<int>(lo_in_warp);
-    float shift[kCols];
-#pragma unroll
-    for (int L = 0; L < kCols; ++L) {
-      const int i = 4 * (L / 2) + L % 2;
-      shift[L] = __shfl_sync(0xffffffffu, first < 8 ? v[i] : v[i + 2], 4 * (first % 8) + t);
-    }
-    float s1[kCols], s2[kCols];
-#pragma unroll
-    for (int L = 0; L < kCols; ++L) {
-      const int i = 4 * (L / 2) + L % 2;
-      const float d0 = inside_g ? v[i] - shift[L] : 0.f;
-      const float d1 = inside_g8 ? v[i + 2] - shift[L] : 0.f;
-      s1[L] = d0 + d1;
-      s2[L] = d0 * d0 + d1 * d1;
-    }
-    sum_columns_over_warp_rows(s1, lane);
-    sum_columns_over_warp_rows(s2, lane);
-#pragma unroll
-    for (int i = 0; i < kCols / 8; ++i) {
-      const int L = i + (kCols / 8) * g;
-      warp_sums[warp][8 * (L / 2) + 2 * t + L % 2].sum = s1[i];
-      warp_sums[warp][8 * (L / 2) + 2 * t + L % 2].sum_sq = s2[i];
-    }
-    if (g == 0) {  // (any lanes of each t: static register indices)
-#pragma unroll
-      for (int L = 0; L < kCols; ++L) {
-        warp_sums[warp][8 * (L / 2) + 2 * t + L % 2].shift = shift[L];
-      }
-    }
-    consumer_barrier();
-    if (consumer_tid < kBN && n0 + consumer_tid < p.C_out) {
-      float count = 0.f, mean = 0.f, m2 = 0.f;
-#pragma unroll
-      for (int w = 0; w < 8; ++w) {
-        const int64_t row0 = m0 + 16 * w;
-        const int64_t rows = min(hi, row0 + 16) - max(lo, row0);
-        if (rows > 0) {
-          const WarpColumnSums ws = warp_sums[w][consumer_tid];
-          const float n_w = static_cast<float>(rows);
-          const float mean_w = ws.shift + ws.sum / n_w;
-          const float m2_raw = ws.sum_sq - ws.sum * (ws.sum / n_w);
-          const float m2_w = m2_raw < 0.f ? 0.f : m2_raw;  // (NaN kept)
-          const float total = count + n_w;
-          const float delta = mean_w - mean;
-          mean += delta * (n_w / total);
-          m2 += m2_w + delta * delta * (count * n_w / total);
-          count = total;
-        }
-      }
-      p.tile_moments[(row_tile * 2 + segment) * p.C_out + n0 + consumer_tid] =
-          make_float2(mean, m2);
-    }
-    if (segment + 1 < segments) {
-      consumer_barrier();  // warp_sums is free again
-    }
-  }
-}
 
 #endif  // FUSED_OPS_WGMMA_ENABLED
 
 }  // namespace wgmma_conv_detail
 
 template <typename Tile>
-__global__ void __launch_bounds__(kWgmmaConvThreads, 1)
+__global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
     split_tf32_wgmma_conv3d_kernel(const WgmmaConvParams p) {
 #ifdef FUSED_OPS_WGMMA_ENABLED
   using namespace wgmma_conv_detail;
@@ -489,10 +418,13 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   constexpr int kAcc = kBN / 2;  // accumulator floats per thread
 
   extern __shared__ uint8_t smem_raw[];
-  __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
+  __shared__ uint64_t full_bar[kStages], empty_bar[kStages], out_bar[2];
   const StageRing<kStages, false> ring{full_bar, empty_bar};
+  const OutTileHandoff out_handoff{&out_bar[0], &out_bar[1]};
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_base - smem_u32(smem_raw));
+  // The staged output tile, after the ring: [kBM][kOutPitch] floats.
+  float* const out_tile = reinterpret_cast<float*>(smem + kStages * Tile::kStageBytes);
 
   const int tid = threadIdx.x;
   // Persistent: block b takes tiles b, b + gridDim.x, ...; tile t is row tile t / n_tiles and
@@ -505,6 +437,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
 
   if (tid == 0) {
     ring.init(/*extra_full_arrivals=*/1);  // thread 0's bulk copy of the weights
+    out_handoff.init();
   }
   __syncthreads();
 
@@ -615,6 +548,53 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     return;
   }
 
+  if (tid >= kWgmmaConvThreads) {
+    // ---- Epilogue warpgroup: per tile, once the consumers have staged y = acc + bias, stores
+    // it (whole rows: 16 bytes a lane) and, where asked for, the moments of relu(y) per column
+    // and sample (thread c: column c), while the consumers go on with the next tile.
+    cutlass::arch::warpgroup_reg_dealloc<Tile::kEpilogueRegisters>();
+    const int etid = tid - kWgmmaConvThreads, ewarp = etid >> 5, elane = etid & 31;
+    constexpr int kLanesPerRow = kBN / 4, kRowsPerStep = 4 * (32 / kLanesPerRow);
+    const int row_in_step = ewarp * (32 / kLanesPerRow) + elane / kLanesPerRow;
+    const int col4 = 4 * (elane % kLanesPerRow);
+    int u = 0;  // the block's tile count
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++u) {
+      const int64_t m0 = tile / n_tiles * kBM;
+      const int n0 = static_cast<int>(tile % n_tiles) * kBN;
+      const int64_t rows = min(static_cast<int64_t>(kBM), p.M - m0);
+      out_handoff.epilogue_wait_full(u);
+      if (n0 + col4 < p.C_out) {  // C_out is a multiple of 4: all 4 columns or none
+        for (int r = row_in_step; r < rows; r += kRowsPerStep) {
+          *reinterpret_cast<float4*>(p.y + (m0 + r) * p.C_out + n0 + col4) =
+              *reinterpret_cast<const float4*>(out_tile + r * Tile::kOutPitch + col4);
+        }
+      }
+      if (p.tile_moments != nullptr && etid < kBN && n0 + etid < p.C_out) {
+        // Per sample the tile's rows hold (one, or two where it straddles a boundary: the
+        // host asks for the moments only where a sample has at least kBM rows), two passes
+        // over the column in shared memory: the mean, then the sum of squared deviations
+        // from it (no E[v^2] - mean^2 cancellation), each summed in 8 interleaved float sums
+        // added pairwise (a sum of up to 128 terms in order was ~5x further from float64;
+        // double sums cost the products time: the tensor cores share their pipe with FP64).
+        // relu(y) as stored (NaN kept).
+        const float* column = out_tile + etid;
+        const int64_t boundary = (m0 / p.spatial + 1) * p.spatial - m0;  // the next sample's row
+        const int segments = boundary < rows ? 2 : 1;
+        for (int segment = 0; segment < segments; ++segment) {
+          const int lo = segment == 0 ? 0 : static_cast<int>(boundary);
+          const int hi =
+              segment == 0 ? static_cast<int>(min(boundary, rows)) : static_cast<int>(rows);
+          const float mean =
+              sum_column_rows<Tile::kOutPitch>(column, lo, hi, 0.f, false) / (hi - lo);
+          const float m2 = sum_column_rows<Tile::kOutPitch>(column, lo, hi, mean, true);
+          p.tile_moments[(m0 / kBM * 2 + segment) * p.C_out + n0 + etid] = make_float2(mean, m2);
+        }
+      }
+      out_handoff.epilogue_arrive_free();
+    }
+    return;
+  }
+
   // ---- Consumers.
   cutlass::arch::warpgroup_reg_alloc<Tile::kConsumerRegisters>();
   const int warp = (tid >> 5) - 4, lane = tid & 31;
@@ -625,11 +605,10 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   // wgmma_conv_channel_of_k: channels 8t .. 8t + 7 of the K block).
   const int frag_row0 = wg * 64 + (warp & 3) * 16 + g;
   const uint32_t frag_chunk[2] = {swizzled(frag_row0, 8 * t), swizzled(frag_row0, 8 * t + 4)};
-  __shared__ WarpColumnSums warp_sums[8][kBN];
 
   int kb = 0;  // the ring's K block, over all tiles
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int64_t m0 = tile / n_tiles * kBM;
+  int u = 0;   // the block's tile count
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++u) {
     const int n0 = static_cast<int>(tile % n_tiles) * kBN;
     float acc[kAcc];
 #pragma unroll
@@ -739,32 +718,18 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
         acc[4 * j] += b.x, acc[4 * j + 1] += b.y, acc[4 * j + 2] += b.x, acc[4 * j + 3] += b.y;
       }
     }
+    // Staged for the epilogue warpgroup, once it is done with the last tile's.
+    out_handoff.consumer_wait_free(u);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int64_t m = m0 + frag_row0 + 8 * half;
-      if (m >= p.M) {
-        continue;
-      }
-      float* y_row = p.y + m * p.C_out;
+      float* const out_row = out_tile + (frag_row0 + 8 * half) * Tile::kOutPitch + 2 * t;
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
-        const int col = n0 + 8 * j + 2 * t;
-        if (col < p.C_out) {
-          *reinterpret_cast<float2*>(y_row + col) =
-              make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-        }
+        *reinterpret_cast<float2*>(out_row + 8 * j) =
+            make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
       }
     }
-    if (p.tile_moments != nullptr) {
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) {
-        acc[i] = acc[i] < 0.f ? 0.f : acc[i];  // relu(y) as stored (NaN kept)
-      }
-      if (tile >= gridDim.x) {
-        consumer_barrier();  // the block's previous tile is done with warp_sums
-      }
-      store_tile_relu_moments<kBN>(p, acc, m0, m0 / kBM, n0, tid - 128, warp_sums);
-    }
+    out_handoff.consumer_arrive_full();
   }
 #else
   __trap();  // built without sm_90a code: the host never launches it (wgmma_conv_available)
@@ -794,7 +759,7 @@ cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_
   }
   const int64_t tiles = (p.M + Tile::kBM - 1) / Tile::kBM * ((p.C_out + Tile::kBN - 1) / Tile::kBN);
   const unsigned grid = static_cast<unsigned>(tiles < sms ? tiles : sms);
-  kernel<<<grid, kWgmmaConvThreads, Tile::kSmemBytes, stream>>>(p);
+  kernel<<<grid, kWgmmaConvBlockThreads, Tile::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
