@@ -35,7 +35,9 @@
 // by the tensor cores throughout. On an H100 at the headline it took 1.10 ms where cuDNN's
 // TF32 NDHWC convolution takes 0.84-0.95 ms (2026-11-26), so TF32 convolutions stay cuDNN's:
 // per K block the tensor cores have a third of the split's work, and the consumers mostly wait
-// for the producer's copies (Nsight Compute: 43% of the warp samples in the "full" waits).
+// for the producer's copies (Nsight Compute: 43% of the warp samples in the "full" waits): its
+// one warp per scheduler issues ~140 dependent instructions per K block. (The tensor memory
+// accelerator's im2col copies would take one; benchmarks/h100-2026-11-26-persistent-conv/.)
 //
 // Accumulation: the tensor cores' float32 accumulation (wgmma's, measured on an H100) rounds
 // each instruction's sum with a bias (toward zero, about half an ulp of the accumulator per
