@@ -14,8 +14,8 @@
 // convolution the library runs (padding 2) and its input gradient (128 -> 64 channels on
 // 34^3, padding 0), both timed; then small shapes over the parameter surface (C_in not a
 // multiple of 32, C_out not a multiple of the tile, stride, dilation, asymmetric kernels,
-// M not a multiple of the tile, N = 1). Inputs: torch.rand-like x in [0, 1) (a common offset
-// in y, which exposes cancellation), weights and bias N(0, 1/fan_in).
+// M not a multiple of the tile, N = 1, more tiles than SMs). Inputs: torch.rand-like x in
+// [0, 1) (a common offset in y, which exposes cancellation), weights and bias N(0, 1/fan_in).
 // Prints per problem and kernel: ms (median of 20, the weights' split included), TFLOP/s of
 // useful work (2 * M * C_out * K), relative L2 and max error against float64 (max relative to
 // the largest |y|); exits non-zero if a wgmma result is not finite or is more than twice as
@@ -417,6 +417,8 @@ int main(int argc, char** argv) {
     {"stride 2",                                  2, 16, 12, 12, 13, 32, {3, 3, 3}, {1, 1, 1}, {2, 2, 2}, {1, 1, 1}, false},
     {"C_in 100, C_out 68",                        1, 100, 4, 5, 6, 68,   {3, 3, 3}, {2, 1, 0}, {1, 1, 1}, {1, 2, 1}, false},
     {"C_out 256, 1x1x1",                          2, 32, 6, 7, 8, 256,   {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, false},
+    // 167 row tiles x 2 channel tiles (128 + 72): more tiles than SMs, a partial last one.
+    {"C_in 8, C_out 200 on 22^3, N 2",            2, 8, 22, 22, 22, 200, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false},
   };
   // The weight gradient's (stride 1, W a multiple of 4), besides the headline forward's.
   const std::vector<Problem> wgrad_problems = {

@@ -469,9 +469,10 @@ TEST_CASE("CUDA: float32 transposed convolutions with TF32 off run the split-TF3
   CudnnFlagsGuard flags(/*allow_tf32=*/false, /*deterministic=*/false);
   std::vector<ConvCase> cases;
   cases.push_back(ConvCase{"k3, C 8 -> 16", {2, 8, 4, 5, 6}, 16, {3, 3, 3}});
-  // More row tiles (2 x 22^3 / 128 = 167) than an H100 or H200 has SMs (132): the persistent
-  // wgmma kernel's blocks take several tiles each.
-  cases.push_back(ConvCase{"k3, C 4 -> 8 on 20^3, N 2", {2, 4, 20, 20, 20}, 8, {3, 3, 3}});
+  // More tiles (2 x 22^3 / 128 = 167 row tiles, 2 channel tiles: 128 + 4) than an H100 or
+  // H200 has SMs (132): the persistent wgmma kernel's blocks take several tiles each, the last
+  // channel tile partly filled (and the input gradient's 132 channels end in a partial block).
+  cases.push_back(ConvCase{"k3, C 4 -> 132 on 20^3, N 2", {2, 4, 20, 20, 20}, 132, {3, 3, 3}});
   {
     ConvCase c{
         "k (3, 1, 2), padding (1, 0, 1), dilation 2, no conv bias", {1, 4, 5, 3, 4}, 12, {3, 1, 2}};

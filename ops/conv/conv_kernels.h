@@ -292,7 +292,8 @@ extern const OnePassBackwardCudaKernel conv3d_group_norm_mean_onepass_backward_c
 
 // A forward 3-d convolution in float32, channels last, one conv group: x (N, D, H, W, C_in),
 // weight (C_out, kD, kH, kW, C_in), bias (C_out; required: pass zeros for none), y (N, Do, Ho,
-// Wo, C_out); all contiguous. `conv` gives the sizes in the usual (channels-first) names.
+// Wo, C_out); all contiguous, x and y 16-byte aligned (the kernels' 16-byte copies and stores).
+// `conv` gives the sizes in the usual (channels-first) names.
 struct Conv3dChannelsLastParams {
   Conv3dShape conv;
   const float* x;
@@ -300,8 +301,9 @@ struct Conv3dChannelsLastParams {
   const float* bias;
   float* y;
   // Optional (null: none; only where forward_relu_moments_supported): per (n, c_out) the
-  // moments (mean, M2) of relu(y) over the sample's positions, [N][C_out], computed from the
-  // convolution's registers: what a ReLU -> GroupNorm of y needs, without reading y back.
+  // moments (mean, M2) of relu(y) over the sample's positions, [N][C_out], computed by the
+  // convolution from its output tiles in shared memory: what a ReLU -> GroupNorm of y needs,
+  // without reading y back.
   norm::Moments* relu_channel_moments;
 };
 

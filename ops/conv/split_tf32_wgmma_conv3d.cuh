@@ -32,7 +32,7 @@
 // Plain TF32 (Tile::kSplit false; the check program's "tf32" rows, not used by the library):
 // one product per float32 product, both operands read by the tensor cores from shared memory
 // (x must hold TF32-rounded values, the weights tiles in the channels' own order), accumulated
-// by the tensor cores throughout. On an H100 at the headline it took 1.10 ms where cuDNN's
+// by the tensor cores throughout. On an H100 at the headline it took 1.10-1.20 ms where cuDNN's
 // TF32 NDHWC convolution takes 0.84-0.95 ms (2026-11-26), so TF32 convolutions stay cuDNN's:
 // per K block the tensor cores have a third of the split's work, and the consumers mostly wait
 // for the producer's copies (Nsight Compute: 43% of the warp samples in the "full" waits): its
@@ -82,6 +82,7 @@
 // where a sample has at least kBM rows: wgmma_conv_relu_moments_supported).
 #pragma once
 
+#include "common/cuda/device_info.cuh"
 #include "conv/conv_kernels.h"
 
 #include <cuda_runtime.h>
@@ -352,7 +353,9 @@ struct StageRing {
   // Producer, after its last block: publishes the blocks still unpublished.
   __device__ void producer_finish(int k_blocks) const {
     cp_async_wait<0>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    if (kProducerProxyFence) {
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    }
     for (int kb = k_blocks > kLag ? k_blocks - kLag : 0; kb < k_blocks; ++kb) {
       mbarrier_arrive(smem_u32(&full[kb % kStages]));
     }
@@ -751,13 +754,9 @@ cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_
     return e;
   }
   // Persistent: a block per SM (one fits), or per tile where there are fewer.
-  int device = 0, sms = 0;
-  cudaError_t e2 = cudaGetDevice(&device);
-  if (e2 == cudaSuccess) {
-    e2 = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  }
-  if (e2 != cudaSuccess) {
-    return e2;
+  const int sms = current_device_info().multiprocessors;
+  if (sms == 0) {
+    return cudaErrorInvalidDevice;  // (the device query failed)
   }
   const int64_t tiles = (p.M + Tile::kBM - 1) / Tile::kBM * ((p.C_out + Tile::kBN - 1) / Tile::kBN);
   const unsigned grid = static_cast<unsigned>(tiles < sms ? tiles : sms);

@@ -91,10 +91,10 @@ __global__ void split_tf32_weights_kernel(const float* __restrict__ w, WgmmaConv
 }
 
 // Per (sample n, channel c): the moments of relu(y) over the sample's rows, from the conv
-// kernel's per-(block, segment) (mean, M2) pairs (tile_moments; block b holds rows
+// kernel's per-(row tile, segment) (mean, M2) pairs (tile_moments; row tile b holds rows
 // [b * 128, (b + 1) * 128) of the flattened M, and is the sample's segment 1 where it begins
 // in the sample before). A block per (sample, 32 channels): lane c reads channel c's pairs
-// (coalesced), warp w the sample's blocks w, w + 32, ...; in double, two passes (no division
+// (coalesced), warp w the sample's row tiles w, w + 32, ...; in double, two passes (no division
 // per pair): the mean = sum of count * mean / count, then M2 = sum of M2 + count * (mean_b -
 // mean)^2 (the parts' moments combined exactly, as Chan et al.'s update), each summed per
 // warp, then over the warps in order: a fixed order.
@@ -181,7 +181,7 @@ bool wgmma_conv_available() {
 
 bool wgmma_conv_supported(const conv::Conv3dShape& s) {
   // The split-TF32 family's shapes (one conv group, C_in and C_out multiples of 4 for the
-  // 16-byte copies and the float2 stores, element counts within int32), and kernels of at most
+  // 16-byte copies and stores, element counts within int32), and kernels of at most
   // 32 taps along D, H and W together (the rows' tap masks).
   const size_t smem = current_device_info().shared_memory;
   return conv::split_tf32_conv3d_shape_supported(s) && s.kD + s.kH + s.kW <= kWgmmaConvMaxTapBits &&
