@@ -1001,24 +1001,14 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
 // ---------------------------------------------------------------------------------------
 // Host side.
 
-// Its sm_90a image holds static shared memory, any other image none: which image of this file
-// the device runs, read without a launch (cudaFuncGetAttributes).
-__global__ void onepass_image_probe_kernel(int* out) {
-#if defined(FUSED_OPS_ONEPASS_WGMMA)
-  __shared__ int marker[32];
-  marker[threadIdx.x & 31] = static_cast<int>(threadIdx.x);
-  __syncthreads();
-  out[0] = marker[0];
-#else
-  out[0] = 0;
-#endif
-}
+// This file's instance of sm90a_image_probe_kernel (Sm90aImageQuery).
+struct OnePassFile {};
 
 // Whether the tensor-core kernel runs its wgmma products on the current device: the device
 // runs this file's sm_90a image, and FUSED_OPS_ONEPASS_WGMMA is not "0" (which keeps mma.sync,
 // for comparisons). Read once per device (Sm90aImageQuery).
 bool onepass_wgmma_available() {
-  static Sm90aImageQuery query(reinterpret_cast<const void*>(onepass_image_probe_kernel),
+  static Sm90aImageQuery query(reinterpret_cast<const void*>(sm90a_image_probe_kernel<OnePassFile>),
                                "FUSED_OPS_ONEPASS_WGMMA");
   return query();
 }

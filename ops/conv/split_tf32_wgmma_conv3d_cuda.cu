@@ -43,18 +43,8 @@ size_t weight_tile_elements(const conv::Conv3dShape& s, int64_t bn, int64_t part
   return static_cast<size_t>(taps(s) * c_in_pad(s) * ((s.C_out + bn - 1) / bn * bn) * parts);
 }
 
-// Its sm_90a image holds static shared memory, any other image none: which image this device
-// runs for this file, read without a launch (cudaFuncGetAttributes).
-__global__ void wgmma_image_probe_kernel(int* out) {
-#ifdef FUSED_OPS_WGMMA_ENABLED
-  __shared__ int marker[32];
-  marker[threadIdx.x & 31] = static_cast<int>(threadIdx.x);
-  __syncthreads();
-  out[0] = marker[0];
-#else
-  out[0] = 0;
-#endif
-}
+// This file's instance of sm90a_image_probe_kernel (Sm90aImageQuery).
+struct WgmmaConvFile {};
 
 // w (C_out, taps, C_in) -> p.w_tiles: the B tile of each K block and C_out tile (see
 // WgmmaConvParams), its rows as the kernel's 128-byte-swizzled shared memory holds them.
@@ -174,8 +164,9 @@ size_t tile_moments_bytes(const conv::Conv3dShape& s) {
 }  // namespace
 
 bool wgmma_conv_available() {
-  static Sm90aImageQuery query(reinterpret_cast<const void*>(wgmma_image_probe_kernel),
-                               "FUSED_OPS_SPLIT_TF32_WGMMA");
+  static Sm90aImageQuery query(
+      reinterpret_cast<const void*>(sm90a_image_probe_kernel<WgmmaConvFile>),
+      "FUSED_OPS_SPLIT_TF32_WGMMA");
   return query();
 }
 

@@ -46,13 +46,30 @@ inline DeviceInfo current_device_info() {
   return info;
 }
 
+// The probe of Sm90aImageQuery: its sm_90a image holds static shared memory, any other image
+// none. Instantiate it with a type of the file's own (an anonymous namespace's: the kernel then
+// has internal linkage), so that each file registers, and is asked about, its own images.
+template <typename FileTag>
+__global__ void sm90a_image_probe_kernel(int* out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __shared__ int marker[32];
+  marker[threadIdx.x & 31] = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  out[0] = marker[0];
+#else
+  out[0] = 0;
+#endif
+}
+
 // Whether the current device runs the sm_90a image (Hopper's arch-specific instructions: wgmma)
 // of the file that defines `probe`, a kernel whose sm_90a image holds static shared memory and
 // whose other images hold none (read without a launch: cudaFuncGetAttributes): a device of
 // compute capability 9.0 running that image, and the environment variable `disable_env` not
 // "0" (which keeps the file's other kernels, for comparisons). Cached per device; thread-safe.
-// One static instance per probe, e.g.
-//   static Sm90aImageQuery query(reinterpret_cast<const void*>(probe_kernel), "FUSED_OPS_X");
+// One static instance per file, e.g.
+//   namespace { struct ThisFile {}; }
+//   static Sm90aImageQuery query(
+//       reinterpret_cast<const void*>(sm90a_image_probe_kernel<ThisFile>), "FUSED_OPS_X");
 class Sm90aImageQuery {
  public:
   Sm90aImageQuery(const void* probe, const char* disable_env)
