@@ -514,20 +514,20 @@ int main(int argc, char** argv) {
     if (gpu::wgmma_conv_relu_moments_supported(s) && check_relu_moments(q, d, flops) != 0) {
       status = 2;
     }
-    // The tiles alone, each on the weights split for its width beforehand (their times
-    // exclude the split).
-    const auto tile_params = [&](const conv::Conv3dChannelsLastParams& cp, void* workspace,
-                                 int bn) {
-      gpu::WgmmaConvParams wp = gpu::wgmma_conv_params(cp, workspace);
+    // The tiles alone, each on the weights split beforehand for its width and products (2
+    // parts: split TF32, 1: plain TF32; their times exclude the split), in d.workspace.
+    const auto tile_params = [&](const conv::Conv3dChannelsLastParams& cp, int bn, int parts) {
+      gpu::WgmmaConvParams wp = gpu::wgmma_conv_params(cp, d.workspace);
       wp.b_bn = bn;
+      wp.b_parts = parts;
       CHECK_CUDA(gpu::split_tf32_weights(cp, wp, nullptr));
       return wp;
     };
-    const gpu::WgmmaConvParams wp128 = tile_params(d.p, d.workspace, 128);
+    const gpu::WgmmaConvParams wp128 = tile_params(d.p, 128, 2);
     check("128x128/3", [&] {
       return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 3>>(wp128, nullptr);
     });
-    const gpu::WgmmaConvParams wp64 = tile_params(d.p, d.workspace, 64);
+    const gpu::WgmmaConvParams wp64 = tile_params(d.p, 64, 2);
     check("128x64/4", [&] {
       return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 4>>(wp64, nullptr);
     });
@@ -543,13 +543,6 @@ int main(int argc, char** argv) {
     for (float& v : x_tf32) v = tf32_rounded_host(v);
     conv::Conv3dChannelsLastParams tp = d.p;
     tp.x = to_device(x_tf32);
-    const auto tf32_params = [&](int bn) {
-      gpu::WgmmaConvParams wp = gpu::wgmma_conv_params(tp, d.workspace);
-      wp.b_bn = bn;
-      wp.b_parts = 1;
-      CHECK_CUDA(gpu::split_tf32_weights(tp, wp, nullptr));
-      return wp;
-    };
     auto check_tf32 = [&](const char* kernel, auto launch) {
       const Errors e = measure(kernel, launch);
       if (!e.finite || e.rel_l2 > 1e-3 || e.rel_max > 4e-3) {
@@ -557,11 +550,11 @@ int main(int argc, char** argv) {
         status = 2;
       }
     };
-    const gpu::WgmmaConvParams tw128 = tf32_params(128);
+    const gpu::WgmmaConvParams tw128 = tile_params(tp, 128, 1);
     check_tf32("tf32 128x128/4", [&] {
       return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false>>(tw128, nullptr);
     });
-    const gpu::WgmmaConvParams tw64 = tf32_params(64);
+    const gpu::WgmmaConvParams tw64 = tile_params(tp, 64, 1);
     check_tf32("tf32 128x64/6", [&] {
       return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 6, false>>(tw64, nullptr);
     });
