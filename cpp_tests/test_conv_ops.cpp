@@ -422,6 +422,98 @@ TEST_CASE("lag input gradient: tap ranges match a brute-force count", "[conv][cp
   }
 }
 
+TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
+          "[conv][cpu][onepass]") {
+  using fused_ops::ScalarKind;
+  namespace conv = fused_ops::conv;
+  constexpr size_t kSmem = 227 * 1024;
+  const conv::Conv3dShape headline =
+      stride1_shape({128, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1);
+  CHECK_FALSE(
+      conv::plan_conv3d_group_norm_mean_gram_weight_grad(headline, ScalarKind::kDouble, kSmem)
+          .supported);
+  for (const ScalarKind dtype : {ScalarKind::kFloat, ScalarKind::kHalf, ScalarKind::kBFloat16}) {
+    const conv::GramWeightGradPlan plan =
+        conv::plan_conv3d_group_norm_mean_gram_weight_grad(headline, dtype, kSmem);
+    REQUIRE(plan.supported);
+    // Classes per dim: {0}, {1}, [2, 22 or 30), and the last two rows; box 0 holds the first
+    // three, box 1 the middle three, box 2 the last three.
+    REQUIRE(plan.classes[0] == 5);
+    REQUIRE(plan.classes[1] == 5);
+    const int32_t lo_d[] = {0, 1, 2, 22, 23}, hi_d[] = {1, 2, 22, 23, 24};
+    const uint8_t mask[] = {0b001, 0b011, 0b111, 0b110, 0b100};
+    for (int c = 0; c < 5; ++c) {
+      CHECK(plan.class_lo[0][c] == lo_d[c]);
+      CHECK(plan.class_hi[0][c] == hi_d[c]);
+      CHECK(plan.box_mask[0][c] == mask[c]);
+      CHECK(plan.box_mask[1][c] == mask[c]);
+    }
+    CHECK(plan.class_hi[1][2] == 30);
+    // Every H-class but the middle one is an edge class.
+    CHECK(plan.edge_classes == 4);
+    // Bulk pieces: 2 planes x 32 rows, each D-class's planes apart (1 + 1 + 10 + 1 + 1); edge
+    // pieces: one chunk per D-class and edge class.
+    CHECK(plan.bulk_planes == 2);
+    CHECK(plan.bulk_rows == 32);
+    CHECK(plan.bulk_pieces == 14);
+    CHECK(plan.pieces == 14 + 5 * 4);
+    CHECK(plan.warps == 13);  // the lags (dd, dw) with dd > 0, or dd = 0 and dw >= 0
+    // Totals and 4 edge lanes per (a, b, dh) of each warp.
+    CHECK(plan.piece_floats == 13 * 3 * 3 * 5 * 5);
+    CHECK(plan.items_per_launch * plan.pieces * plan.piece_floats * 4 <=
+          static_cast<int64_t>(conv::kGramPartialBytes));
+    CHECK(plan.items_per_launch == 32);  // 4 launches of 32 (42 fit in the bound)
+    // A bulk piece's window: 3 channels x (2 + 4) planes x (32 + 4) rows x (32 + 2 x 4) floats.
+    CHECK(plan.whole_rows);
+    CHECK(plan.smem_bytes == 3 * 6 * 36 * 40 * 4);
+  }
+  // python_tests/test_conv3d_onepass.py's GRAM_CASES in the family, and the lag cases
+  // outside it (4 input channels per group, a padded W past 32).
+  const conv::Conv3dShape inside[] = {
+      stride1_shape({2, 3, 8, 9, 10}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({2, 3, 7, 9, 11}, 24, {3, 3, 3}, {2, 1, 3}, {1, 2, 2}, 1),
+      stride1_shape({1, 4, 6, 7, 5}, 24, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 2),
+      stride1_shape({2, 2, 4, 6, 9}, 16, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({40, 3, 6, 6, 6}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({2, 2, 5, 6, 9}, 16, {3, 3, 3}, {1, 0, 2}, {1, 1, 1}, 1),
+      stride1_shape({2, 3, 6, 5, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({2, 2, 9, 8, 12}, 12, {3, 3, 3}, {1, 2, 0}, {2, 2, 3}, 1),
+      stride1_shape({3, 3, 5, 6, 7}, 8, {2, 1, 3}, {1, 0, 1}, {1, 1, 1}, 1),
+      stride1_shape({48, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+  };
+  for (const auto& s : inside) {
+    const conv::GramWeightGradPlan plan =
+        conv::plan_conv3d_group_norm_mean_gram_weight_grad(s, ScalarKind::kFloat, kSmem);
+    INFO("x (" << s.N << ", " << s.C_in << ", " << s.D << ", " << s.H << ", " << s.W << ")");
+    REQUIRE(plan.supported);
+    // The classes cover each padded dim in order.
+    for (int d = 0; d < 2; ++d) {
+      CHECK(plan.class_lo[d][0] == 0);
+      CHECK(plan.class_hi[d][plan.classes[d] - 1] == plan.E[d]);
+      for (int c = 1; c < plan.classes[d]; ++c) {
+        CHECK(plan.class_lo[d][c] == plan.class_hi[d][c - 1]);
+      }
+    }
+    if (s.N == 48 && s.D == 24) {  // "two-launches": 48 items in two launches of 24
+      CHECK(plan.items_per_launch == 24);
+    }
+  }
+  conv::Conv3dShape strided = headline;
+  strided.stride[1] = 2, strided.Ho = 15;
+  const conv::Conv3dShape outside[] = {
+      strided,
+      stride1_shape({2, 4, 6, 7, 5}, 24, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1),
+      stride1_shape({2, 4, 23, 19, 40}, 12, {3, 1, 2}, {0, 2, 1}, {1, 1, 1}, 1),
+      stride1_shape({3, 1, 15, 10, 33}, 6, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({2, 3, 9, 9, 30}, 24, {3, 3, 3}, {0, 0, 2}, {1, 1, 1}, 1),
+      stride1_shape({2, 3, 9, 9, 9}, 24, {4, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+  };
+  for (const auto& s : outside) {
+    CHECK_FALSE(
+        conv::plan_conv3d_group_norm_mean_gram_weight_grad(s, ScalarKind::kFloat, kSmem).supported);
+  }
+}
+
 TEST_CASE("lag input gradient plans: the family, the patterns and the D columns",
           "[conv][cpu][onepass]") {
   using fused_ops::ScalarKind;

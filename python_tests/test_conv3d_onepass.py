@@ -232,6 +232,57 @@ def test_backward_lag_input_gradient(name, dtype, monkeypatch):
         )
 
 
+# Stride-1 problems whose weight gradient comes from the Gram kernels (cpp_tests/test_conv_ops.cpp
+# checks which plans take them): the lag cases (those with more than 3 input channels per
+# group or a padded W past 32 fall back to the recomputing kernel), a W of exactly 32 lanes,
+# thin classes (dilation 2 along D and H: classes of two planes or rows), kernels of 1 and 2
+# taps, and 48 samples of the headline's size (two launches of the pieces' sums).
+GRAM_CASES = {
+    **LAG_CASES,
+    "full-width": dict(input_shape=(2, 3, 6, 5, 32), out_channels=24, kernel_size=3, num_groups=8),
+    "dilated-classes": dict(
+        input_shape=(2, 2, 9, 8, 12),
+        out_channels=12,
+        kernel_size=3,
+        num_groups=4,
+        padding=(1, 2, 0),
+        dilation=(2, 2, 3),
+    ),
+    "small-kernels": dict(
+        input_shape=(3, 3, 5, 6, 7),
+        out_channels=8,
+        kernel_size=(2, 1, 3),
+        num_groups=2,
+        padding=(1, 0, 1),
+    ),
+    "two-launches": dict(
+        input_shape=(48, 3, 24, 32, 32), out_channels=24, kernel_size=3, num_groups=8
+    ),
+}
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", list(TOLERANCE), ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("name", list(GRAM_CASES))
+def test_backward_gram_weight_gradient(name, dtype, monkeypatch):
+    """Every gradient against float64: the weight gradient from the Gram kernels (and the
+    input gradient from the lag tables where they take the problem), then from the recomputing
+    kernel (FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD=0; float64 runs it either way), on torch.rand
+    inputs with a large common offset (the sums act on x minus its mean)."""
+    torch.manual_seed(0)
+    args = conv3d_args(**GRAM_CASES[name], dtype=dtype, device="cuda", requires_grad=True)
+    with torch.no_grad():
+        args[0].uniform_(0.0, 1.0).add_(8.0)
+    rtol, atol = TOLERANCE[dtype]
+    grad_rtol, grad_atol = GRAD_TOLERANCE[dtype]
+    for setting in ("1", "0"):
+        monkeypatch.setenv("FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD", setting)
+        assert fused_ops.dispatch_path(OP, *args) == "onepass"
+        check_against_reference(
+            OP, args, rtol=rtol, atol=atol, grad_rtol=grad_rtol, grad_atol=grad_atol
+        )
+
+
 @requires_cuda
 def test_backward_partial_requires_grad():
     """Only some arguments need gradients: the kernels skip the others."""

@@ -13,9 +13,11 @@
 namespace fused_ops {
 namespace gpu {
 
-// The plan for p on the current device; unsupported where p wants no input gradient or wants
-// the weight gradient too (the tile kernel then computes both for less).
-conv::LagInputGradPlan lag_input_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p);
+// The plan for p on the current device; unsupported where p wants no input gradient, or wants
+// the weight gradient too and it does not come from elsewhere (the Gram kernels): the tile
+// kernel then computes both for less.
+conv::LagInputGradPlan lag_input_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p,
+                                           bool weight_grad_elsewhere);
 
 // False where the environment sets FUSED_OPS_CONV3D_LAG_INPUT_GRAD=0: the recomputing tile
 // kernel then computes the input gradient (for comparisons). Read at launch only: the
@@ -26,12 +28,20 @@ template <typename T>
 size_t lag_input_grad_workspace_bytes(const conv::Conv3dGroupNormMeanBackwardParams& p,
                                       const conv::LagInputGradPlan& plan);
 
-// Writes p.dx. `coefficients`: the backward's (alpha, m0, gamma) per (n, c) in T's accumulation
-// type, already computed on `stream`.
+// mu[n, ci]: x's mean per (sample, input channel), [N][C_in] in T's accumulation type (a block
+// per row, in a fixed order): what the lag input gradient and the Gram weight gradient centre
+// x by.
+template <typename T>
+cudaError_t launch_input_channel_means(const conv::Conv3dGroupNormMeanBackwardParams& p, void* mu,
+                                       cudaStream_t stream);
+
+// Writes p.dx. `coefficients`: the backward's (alpha, m0, gamma) per (n, c), `mu`: as
+// launch_input_channel_means writes it, both in T's accumulation type and already computed on
+// `stream`.
 template <typename T>
 cudaError_t lag_input_grad_launch(const conv::Conv3dGroupNormMeanBackwardParams& p,
                                   const conv::LagInputGradPlan& plan, const void* coefficients,
-                                  void* workspace, cudaStream_t stream);
+                                  const void* mu, void* workspace, cudaStream_t stream);
 
 }  // namespace gpu
 }  // namespace fused_ops

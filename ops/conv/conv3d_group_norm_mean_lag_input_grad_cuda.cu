@@ -2,9 +2,10 @@
 // tables of weight products and the centred input, without the convolution's output
 // (conv_kernels.h, LagInputGradPlan: the identity, the family, the table layout).
 //
-// 1. lag_mean_kernel: mu[n, ci], the input's mean per (sample, channel) (a block per row, in a
-//    fixed order), rounded to the accumulation type: the tables and the centred footprints use
-//    that one value.
+// 1. lag_mean_kernel (launch_input_channel_means; the backward's launcher runs it once for this
+//    and the Gram weight gradient): mu[n, ci], the input's mean per (sample, channel) (a block
+//    per row, in a fixed order), rounded to the accumulation type: the tables and the centred
+//    footprints use that one value.
 // 2. lag_products_kernel: per (sample, conv group) item of a chunk, in double, the group's
 //    Q = sum_c alpha[c] w[c] w[c]^T ((C_in/groups * k^3)^2 entries) and E[a, k] (blocks share
 //    an item's entries; the weights pass through shared memory 16 channels at a time).
@@ -43,7 +44,7 @@ struct LagArgs {
   conv::Conv3dGroupNormMeanBackwardParams p;
   conv::LagInputGradPlan plan;
   const void* coefficients;  // [N][C_out][3] of acc_t: alpha, m0, gamma
-  void* mu;                  // [N][C_in] of acc_t
+  const void* mu;            // [N][C_in] of acc_t
   double* products;          // [items_per_chunk][K * K + K]: Q, then E
   void* tables;              // [items_per_chunk][table_elems] of acc_t
   int64_t item0;             // the chunk's first item: n * groups + conv group
@@ -521,7 +522,6 @@ auto input_grad_kernel(int64_t c_in_g) -> void (*)(LagArgs) {
 }
 
 struct LagWorkspace {
-  void* mu;
   double* products;
   void* tables;
   size_t bytes;
@@ -533,7 +533,6 @@ LagWorkspace carve_lag(const conv::Conv3dGroupNormMeanBackwardParams& p,
   using acc_t = typename ScalarOps<T>::acc_t;
   WorkspaceCarver carver(base);
   LagWorkspace ws;
-  ws.mu = carver.take<acc_t>(p.conv.N * p.conv.C_in);
   const int64_t K = plan.c_in_g * p.conv.kD * p.conv.kH * p.conv.kW;
   ws.products = carver.take<double>(plan.items_per_chunk * (K * K + K));
   ws.tables = carver.take<acc_t>(plan.items_per_chunk * plan.table_elems);
@@ -548,10 +547,11 @@ bool lag_input_grad_enabled() {
   return setting == nullptr || std::strcmp(setting, "0") != 0;
 }
 
-conv::LagInputGradPlan lag_input_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p) {
-  // Where the weight gradient is asked for too, the recomputing tile kernel computes the
-  // input gradient for less than these kernels take (benchmarks/h100-2026-11-23-lag).
-  if (p.dx == nullptr || p.dweight != nullptr) {
+conv::LagInputGradPlan lag_input_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p,
+                                           bool weight_grad_elsewhere) {
+  // Where the tile kernel computes the weight gradient, it computes the input gradient too for
+  // less than these kernels take (benchmarks/h100-2026-11-23-lag).
+  if (p.dx == nullptr || (p.dweight != nullptr && !weight_grad_elsewhere)) {
     return {};
   }
   return conv::plan_conv3d_group_norm_mean_lag_input_grad(p.conv, p.dtype,
@@ -565,24 +565,30 @@ size_t lag_input_grad_workspace_bytes(const conv::Conv3dGroupNormMeanBackwardPar
 }
 
 template <typename T>
+cudaError_t launch_input_channel_means(const conv::Conv3dGroupNormMeanBackwardParams& p, void* mu,
+                                       cudaStream_t stream) {
+  const conv::Conv3dShape& s = p.conv;
+  if (!grid_fits(s.N * s.C_in)) {
+    return cudaErrorInvalidConfiguration;
+  }
+  lag_mean_kernel<T><<<static_cast<unsigned>(s.N * s.C_in), kThreads, 0, stream>>>(
+      static_cast<const T*>(p.x), s.D * s.H * s.W, mu);
+  return cudaGetLastError();
+}
+
+template <typename T>
 cudaError_t lag_input_grad_launch(const conv::Conv3dGroupNormMeanBackwardParams& p,
                                   const conv::LagInputGradPlan& plan, const void* coefficients,
-                                  void* workspace, cudaStream_t stream) {
+                                  const void* mu, void* workspace, cudaStream_t stream) {
   const auto dx_kernel = input_grad_kernel<T>(plan.c_in_g);
   if (!plan.supported || dx_kernel == nullptr) {
     return cudaErrorInvalidValue;
   }
   const LagWorkspace ws = carve_lag<T>(p, plan, workspace);
-  LagArgs args{p, plan, coefficients, ws.mu, ws.products, ws.tables, 0};
+  LagArgs args{p, plan, coefficients, mu, ws.products, ws.tables, 0};
   const conv::Conv3dShape& s = p.conv;
-  if (!grid_fits(s.N * s.C_in)) {
-    return cudaErrorInvalidConfiguration;
-  }
   FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(
       dx_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem_bytes)));
-  lag_mean_kernel<T><<<static_cast<unsigned>(s.N * s.C_in), kThreads, 0, stream>>>(
-      static_cast<const T*>(p.x), s.D * s.H * s.W, ws.mu);
-  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
   const int64_t items = s.N * s.groups;
   const int64_t K = plan.c_in_g * s.kD * s.kH * s.kW;
   for (int64_t item0 = 0; item0 < items; item0 += plan.items_per_chunk) {
@@ -606,12 +612,14 @@ cudaError_t lag_input_grad_launch(const conv::Conv3dGroupNormMeanBackwardParams&
   return cudaSuccess;
 }
 
-#define FUSED_OPS_INSTANTIATE_LAG(T)                                                               \
-  template size_t lag_input_grad_workspace_bytes<T>(                                               \
-      const conv::Conv3dGroupNormMeanBackwardParams&, const conv::LagInputGradPlan&);              \
-  template cudaError_t lag_input_grad_launch<T>(const conv::Conv3dGroupNormMeanBackwardParams&,    \
-                                                const conv::LagInputGradPlan&, const void*, void*, \
-                                                cudaStream_t);
+#define FUSED_OPS_INSTANTIATE_LAG(T)                                                            \
+  template size_t lag_input_grad_workspace_bytes<T>(                                            \
+      const conv::Conv3dGroupNormMeanBackwardParams&, const conv::LagInputGradPlan&);           \
+  template cudaError_t launch_input_channel_means<T>(                                           \
+      const conv::Conv3dGroupNormMeanBackwardParams&, void*, cudaStream_t);                     \
+  template cudaError_t lag_input_grad_launch<T>(const conv::Conv3dGroupNormMeanBackwardParams&, \
+                                                const conv::LagInputGradPlan&, const void*,     \
+                                                const void*, void*, cudaStream_t);
 FUSED_OPS_INSTANTIATE_LAG(float)
 FUSED_OPS_INSTANTIATE_LAG(double)
 FUSED_OPS_INSTANTIATE_LAG(__half)

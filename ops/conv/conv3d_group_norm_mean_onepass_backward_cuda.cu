@@ -37,6 +37,11 @@
 //      * writes the box's input gradient (each input element belongs to one box).
 // 3. weight_grad_kernel: dweight = the blocks' partials summed in block order.
 // 4. param_grads_kernel: the bias and GroupNorm affine gradients, a warp per channel.
+// At stride 1 (within their families, BackwardRoutes) neither gradient needs the recomputation:
+// the input gradient comes from the lag tables (conv3d_group_norm_mean_lag_input_grad.cuh) and
+// the weight gradient from the per-sample Gram sums of the centred input
+// (conv3d_group_norm_mean_gram_weight_grad.cuh); the tile kernel then runs only for what they
+// do not take (at the headline: not at all).
 //
 // No atomics: every sum has a fixed order (given the shape and the device's SM count), so
 // results are deterministic. Work per tile: the region's recomputation plus two products of the
@@ -46,6 +51,7 @@
 #include "common/cuda/device_info.cuh"
 #include "common/cuda/launch_utils.cuh"
 #include "common/cuda/scalar_ops.cuh"
+#include "conv/conv3d_group_norm_mean_gram_weight_grad.cuh"
 #include "conv/conv3d_group_norm_mean_lag_input_grad.cuh"
 #include "conv/conv_input_box.cuh"
 #include "conv/conv_kernels.h"
@@ -726,34 +732,71 @@ int grid_for(const conv::Conv3dGroupNormMeanBackwardParams& p,
   return static_cast<int>(std::max<int64_t>(grid, 1));
 }
 
+// Which kernels compute which gradients of p: the lag input gradient and the Gram weight
+// gradient where their families allow (stride 1; FUSED_OPS_CONV3D_LAG_INPUT_GRAD=0 and
+// FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD=0 turn them off, read per call), the recomputing tile kernel
+// the rest. The same for workspace_bytes and launch.
+template <typename T>
+struct BackwardRoutes {
+  conv::LagInputGradPlan lag;
+  conv::GramWeightGradPlan gram;
+  conv::Conv3dGroupNormMeanBackwardParams tile;  // p without what lag and gram compute
+
+  explicit BackwardRoutes(const conv::Conv3dGroupNormMeanBackwardParams& p) : tile(p) {
+    if constexpr (!std::is_same_v<T, double>) {
+      gram = gram_weight_grad_plan(p);
+    }
+    lag = lag_input_grad_plan(p, /*weight_grad_elsewhere=*/gram.supported);
+    lag.supported = lag.supported && lag_input_grad_enabled();
+    if (lag.supported) {
+      tile.dx = nullptr;
+    }
+    if (gram.supported) {
+      tile.dweight = nullptr;
+    }
+  }
+  bool tile_runs() const { return tile.dx != nullptr || tile.dweight != nullptr; }
+  bool centres_x() const { return lag.supported || gram.supported; }
+};
+
 template <typename T>
 struct Workspace {
   void* coefficients;
-  double* dw_partials;
+  double* dw_partials;  // the tile kernel's
+  void* mu;             // x's means per (n, input channel), for the lag and Gram kernels
+  void* lag;            // the lag kernels' workspace
+  void* gram;           // the Gram kernels' (the same region)
   size_t bytes;
 };
 
 template <typename T>
-Workspace<T> carve(const conv::Conv3dGroupNormMeanBackwardParams& p,
-                   const conv::OnePassBackwardPlan& plan, int grid, void* base) {
+Workspace<T> carve(const BackwardRoutes<T>& routes, const conv::OnePassBackwardPlan& plan, int grid,
+                   void* base) {
   using acc_t = typename ScalarOps<T>::acc_t;
+  const conv::Conv3dGroupNormMeanBackwardParams& p = routes.tile;
   WorkspaceCarver carver(base);
-  Workspace<T> ws;
+  Workspace<T> ws{};
   ws.coefficients = carver.take<acc_t>(3 * p.conv.N * p.conv.C_out);
   ws.dw_partials = p.dweight != nullptr
                        ? carver.take<double>(static_cast<int64_t>(grid) * p.conv.C_out * plan.K)
                        : nullptr;
+  ws.mu = routes.centres_x() ? carver.take<acc_t>(p.conv.N * p.conv.C_in) : nullptr;
+  // The lag kernels and then the Gram kernels run on the one stream, neither reading the
+  // other's workspace: they share one region (the larger of the two; peak memory).
+  size_t shared_bytes = lag_input_grad_workspace_bytes<T>(p, routes.lag);
+  if constexpr (!std::is_same_v<T, double>) {
+    shared_bytes = std::max(shared_bytes, gram_weight_grad_workspace_bytes<T>(p, routes.gram));
+  }
+  ws.lag = ws.gram = carver.take<char>(static_cast<int64_t>(shared_bytes));
   ws.bytes = carver.bytes();
   return ws;
 }
 
-// The tile kernel's workspace, then the lag input gradient's (where it runs).
 template <typename T>
 struct OnePassBackwardFamily {
   static size_t workspace_bytes(const conv::Conv3dGroupNormMeanBackwardParams& p) {
     const conv::OnePassBackwardPlan plan = plan_for(p);
-    const size_t tile_bytes = carve<T>(p, plan, grid_for<T>(p, plan), nullptr).bytes;
-    return tile_bytes + lag_input_grad_workspace_bytes<T>(p, lag_input_grad_plan(p));
+    return carve<T>(BackwardRoutes<T>(p), plan, grid_for<T>(p, plan), nullptr).bytes;
   }
 
   static cudaError_t launch(const conv::Conv3dGroupNormMeanBackwardParams& p, void* workspace,
@@ -763,16 +806,9 @@ struct OnePassBackwardFamily {
       return cudaErrorInvalidValue;
     }
     const int grid = grid_for<T>(p, plan);
-    const Workspace<T> ws = carve<T>(p, plan, grid, workspace);
-    // An input gradient without the weight gradient comes from the lag tables where their
-    // family allows (stride 1; conv3d_group_norm_mean_lag_input_grad.cuh).
-    conv::LagInputGradPlan lag = lag_input_grad_plan(p);
-    lag.supported = lag.supported && lag_input_grad_enabled();
-    conv::Conv3dGroupNormMeanBackwardParams tile_params = p;
-    if (lag.supported) {
-      tile_params.dx = nullptr;
-    }
-    const BackwardArgs args{tile_params, plan, ws.coefficients, ws.dw_partials};
+    const BackwardRoutes<T> routes(p);
+    const Workspace<T> ws = carve<T>(routes, plan, grid, workspace);
+    const BackwardArgs args{routes.tile, plan, ws.coefficients, ws.dw_partials};
     const int64_t NC = p.conv.N * p.conv.C_out;
     if (!grid_fits(ceil_div(NC, kThreads))) {
       return cudaErrorInvalidConfiguration;
@@ -780,7 +816,7 @@ struct OnePassBackwardFamily {
     backward_coefficients_kernel<T>
         <<<static_cast<unsigned>(ceil_div(NC, kThreads)), kThreads, 0, stream>>>(args);
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-    if (tile_params.dx != nullptr || p.dweight != nullptr) {
+    if (routes.tile_runs()) {
       const auto kernel = tile_kernel<T>(p, plan);
       if (kernel == nullptr) {
         return cudaErrorInvalidValue;
@@ -788,11 +824,20 @@ struct OnePassBackwardFamily {
       kernel<<<static_cast<unsigned>(grid), kThreads, plan.smem_bytes, stream>>>(args);
       FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     }
-    if (lag.supported) {
-      FUSED_OPS_RETURN_IF_CUDA_ERROR(lag_input_grad_launch<T>(
-          p, lag, ws.coefficients, static_cast<char*>(workspace) + ws.bytes, stream));
+    if (routes.centres_x()) {
+      FUSED_OPS_RETURN_IF_CUDA_ERROR(launch_input_channel_means<T>(p, ws.mu, stream));
     }
-    if (p.dweight != nullptr) {
+    if (routes.lag.supported) {
+      FUSED_OPS_RETURN_IF_CUDA_ERROR(
+          lag_input_grad_launch<T>(p, routes.lag, ws.coefficients, ws.mu, ws.lag, stream));
+    }
+    if constexpr (!std::is_same_v<T, double>) {
+      if (routes.gram.supported) {
+        FUSED_OPS_RETURN_IF_CUDA_ERROR(
+            gram_weight_grad_launch<T>(p, routes.gram, ws.coefficients, ws.mu, ws.gram, stream));
+      }
+    }
+    if (routes.tile.dweight != nullptr) {
       const int64_t size = p.conv.C_out * plan.K;
       weight_grad_kernel<T>
           <<<static_cast<unsigned>(ceil_div(size, kThreads)), kThreads, 0, stream>>>(args, grid);

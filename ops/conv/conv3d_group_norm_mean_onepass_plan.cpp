@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 namespace fused_ops {
 namespace conv {
@@ -393,6 +394,118 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
   if (s.D * s.H * s.W > kMax32 || s.N * s.C_in > kMax32 ||
       plan.items_per_chunk * plan.table_elems > kMax32 || plan.w_tiles * plan.h_tiles > kMax32 ||
       plan.d_tiles > 65535 || plan.table_elems / 1024 >= 65535) {
+    return plan;
+  }
+  plan.supported = true;
+  return plan;
+}
+
+GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShape& s,
+                                                                ScalarKind dtype,
+                                                                size_t smem_limit) {
+  GramWeightGradPlan plan;
+  if (s.groups <= 0 || s.C_in % s.groups != 0 || s.C_out % s.groups != 0 || s.N <= 0 || s.Do <= 0 ||
+      s.Ho <= 0 || s.Wo <= 0 || s.D <= 0 || s.H <= 0 || s.W <= 0 || dtype == ScalarKind::kDouble) {
+    return plan;  // (float sums: the double kernel would spill its accumulators)
+  }
+  const int64_t in[3] = {s.D, s.H, s.W}, out[3] = {s.Do, s.Ho, s.Wo}, k[3] = {s.kD, s.kH, s.kW};
+  for (int d = 0; d < 3; ++d) {
+    if (s.stride[d] != 1 || k[d] < 1 || k[d] > kGramMaxTaps || s.dilation[d] < 1) {
+      return plan;
+    }
+    plan.E[d] = in[d] + 2 * s.padding[d];
+    plan.reach[d] = (k[d] - 1) * s.dilation[d];
+    if (plan.E[d] != out[d] + plan.reach[d]) {
+      return plan;
+    }
+  }
+  plan.c_in_g = s.C_in / s.groups;
+  plan.c_out_g = s.C_out / s.groups;
+  if (plan.c_in_g > kGramMaxInputChannels || plan.E[2] > kGramMaxWidth) {
+    return plan;
+  }
+  // The classes of D and H: the intervals between the boxes' borders.
+  for (int d = 0; d < 2; ++d) {
+    std::vector<int64_t> borders;
+    for (int64_t k1 = 0; k1 < k[d]; ++k1) {
+      borders.push_back(k1 * s.dilation[d]);
+      borders.push_back(k1 * s.dilation[d] + out[d]);
+    }
+    std::sort(borders.begin(), borders.end());
+    borders.erase(std::unique(borders.begin(), borders.end()), borders.end());
+    // (borders run from 0 to E: tap 0's box starts at 0, the last one's ends at E.)
+    for (size_t i = 0; i + 1 < borders.size(); ++i) {
+      const int64_t c = plan.classes[d]++;
+      plan.class_lo[d][c] = static_cast<int32_t>(borders[i]);
+      plan.class_hi[d][c] = static_cast<int32_t>(borders[i + 1]);
+      for (int64_t k1 = 0; k1 < k[d]; ++k1) {
+        if (borders[i] >= k1 * s.dilation[d] && borders[i + 1] <= k1 * s.dilation[d] + out[d]) {
+          plan.box_mask[d][c] |= static_cast<uint8_t>(1u << k1);
+        }
+      }
+    }
+  }
+  const uint8_t every_box = static_cast<uint8_t>((1u << k[1]) - 1);
+  int64_t edge_rows = 0;
+  for (int64_t c = 0; c < plan.classes[1]; ++c) {
+    if (plan.box_mask[1][c] != every_box) {
+      plan.edge_class[plan.edge_classes++] = static_cast<int8_t>(c);
+      edge_rows = std::max<int64_t>(edge_rows, plan.class_hi[1][c] - plan.class_lo[1][c]);
+    }
+  }
+  // Bulk pieces of ~64 rows (two planes of 32 at the headline), edge pieces of up to 32 planes.
+  plan.bulk_rows = std::min<int64_t>(plan.E[1], 32);
+  plan.bulk_planes = std::max<int64_t>(1, 64 / plan.bulk_rows);
+  plan.h_chunks = ceil_div(plan.E[1], plan.bulk_rows);
+  plan.edge_planes = 32;
+  for (int64_t c = 0; c < plan.classes[0]; ++c) {
+    const int64_t planes = plan.class_hi[0][c] - plan.class_lo[0][c];
+    plan.d_chunk_begin[c + 1] =
+        plan.d_chunk_begin[c] + static_cast<int32_t>(ceil_div(planes, plan.bulk_planes));
+    plan.edge_chunk_begin[c + 1] =
+        plan.edge_chunk_begin[c] + static_cast<int32_t>(ceil_div(planes, plan.edge_planes));
+  }
+  plan.bulk_pieces = plan.d_chunk_begin[plan.classes[0]] * plan.h_chunks;
+  plan.pieces = plan.bulk_pieces + plan.edge_chunk_begin[plan.classes[0]] * plan.edge_classes;
+  // (units = items x pieces per launch are counted in 32 bits: checked below.)
+  plan.warps = (k[0] - 1) * (2 * k[2] - 1) + k[2];
+  const int64_t values = plan.c_in_g * plan.c_in_g * (2 * k[1] - 1);
+  const int64_t edge_lanes = 2 * plan.reach[2];
+  plan.piece_floats = plan.warps * values * (1 + edge_lanes);
+  plan.margin = ceil_div(plan.reach[2], 4) * 4;
+  plan.row_floats = kGramMaxWidth + 2 * plan.margin;
+  plan.whole_rows = s.padding[2] == 0 && s.W == kGramMaxWidth;
+  // The window of a piece: its planes and rows with every lag's reach, a row per (plane, row).
+  const auto window = [&](int64_t planes, int64_t rows) {
+    return static_cast<size_t>(plan.c_in_g * (planes + 2 * plan.reach[0]) *
+                               (rows + 2 * plan.reach[1]) * plan.row_floats) *
+           sizeof(float);
+  };
+  int64_t class_planes = 0;  // a piece never spans more than its D-class's planes
+  for (int64_t c = 0; c < plan.classes[0]; ++c) {
+    class_planes = std::max<int64_t>(class_planes, plan.class_hi[0][c] - plan.class_lo[0][c]);
+  }
+  plan.smem_bytes = window(std::min(plan.bulk_planes, class_planes), plan.bulk_rows);
+  if (plan.edge_classes > 0) {
+    plan.smem_bytes =
+        std::max(plan.smem_bytes, window(std::min(plan.edge_planes, class_planes), edge_rows));
+  }
+  const int64_t J = plan.c_in_g * k[0] * k[1] * k[2];
+  plan.finalize_smem_bytes =
+      static_cast<size_t>(J * J + 2 * J + kGramGradChannels * (J + 2)) * sizeof(double);
+  // (The sums kernel keeps two windows: the next piece's copies overlap this one's products.)
+  if (2 * plan.smem_bytes > smem_limit || plan.finalize_smem_bytes > smem_limit) {
+    return plan;
+  }
+  const int64_t items = s.N * s.groups;
+  const int64_t item_bytes = plan.pieces * plan.piece_floats * static_cast<int64_t>(sizeof(float));
+  const int64_t most = std::min<int64_t>(
+      std::max<int64_t>(1, static_cast<int64_t>(kGramPartialBytes) / item_bytes), 65535);
+  plan.items_per_launch = ceil_div(items, ceil_div(items, most));
+  constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
+  if (s.D * s.H * s.W > kMax32 || s.N * s.C_in > kMax32 || plan.pieces > kMax32 ||
+      plan.items_per_launch * plan.pieces * plan.piece_floats > kMax32 ||
+      plan.items_per_launch * plan.pieces > kMax32) {
     return plan;
   }
   plan.supported = true;

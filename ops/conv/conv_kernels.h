@@ -229,9 +229,10 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
 // recomputation's halo. Family: stride 1, kD = 3 with dilation 1 along D, kH, kW <= 3,
 // C_in/groups <= 4, fewer table products per input position than the direct input
 // gradient's, and float32, float16 or bfloat16 (float sums; in double the kernel's registers
-// spill). The backward uses it where the weight gradient is not asked for: where it is, the
-// recomputing tile kernel adds the input gradient for less than these kernels take (their
-// tables are built per sample; benchmarks/h100-2026-11-23-lag).
+// spill). The backward uses it where the weight gradient is not asked for or comes from the
+// Gram kernels (GramWeightGradPlan); where the recomputing tile kernel computes the weight
+// gradient, it adds the input gradient for less than these kernels take (their tables are
+// built per sample; benchmarks/h100-2026-11-23-lag).
 constexpr int64_t kLagMaxTaps = 3;
 constexpr int64_t kLagMaxSpan = 2 * kLagMaxTaps - 1;
 constexpr int64_t kLagMaxInputChannels = 4;
@@ -282,6 +283,77 @@ struct LagInputGradPlan {
 constexpr size_t kLagTableBytes = size_t{20} << 20;
 LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s, ScalarKind dtype,
                                                             size_t smem_limit);
+// The Gram weight gradient (conv3d_group_norm_mean_gram_weight_grad_cuda.cu): at stride 1 the
+// backward's weight gradient needs no recomputed convolution output either. Per (sample n,
+// conv group), with col_s the c_in_g * k^3 inputs output s reads (j = (b, tap) as in the
+// weight), xe = x - mu (mu: x's mean per (n, channel); -mu in the padding), and the
+// coefficients of dy = alpha * (y0 - m0) + gamma:
+//   dweight[c, j] += alpha[c] * (sum_j' w[c, j'] * (R[j', j] + mu[j] * Sc[j']))
+//                    + e[c] * (Sc[j] + S * mu[j]),
+//   R[j', j] = sum over outputs s of xe(col_s)[j'] * xe(col_s)[j],  Sc[j] = sum_s xe(col_s)[j],
+//   e[c] = gamma[c] + alpha[c] * (sum_j' w[c, j'] * mu[j'] - m0[c])
+// (S outputs per sample; the lag input gradient's E constant). R[(a, k1), (b, k2)] is a sum of
+// xe[a, p] * xe[b, p + (k2 - k1) * dilation] over the positions p of a box of the padded input
+// (per dim [k1 * dilation, k1 * dilation + out)): the lag products, c_in_g^2 * (2k - 1)^3 per
+// input position (1125 at the headline; the recomputing kernel's weight gradient takes the
+// convolution, 1944 per output, plus its halo, and then 1944 more). The boxes' borders cut each
+// dim of the padded input into at most 2k - 1 intervals ("classes"); a block sums the lag
+// products of a piece of rows (one D-class, all of W on the lanes) and writes per lag the
+// total over the lanes and the values of the lanes some box along W leaves out; the finalize
+// adds the pieces of each box in double: along D the classes inside the box, along H all rows
+// minus the H-classes outside it ("edge" pieces), so that only the pieces of thin border
+// classes need their own sums. Family: stride 1, k <= 3 per dim, C_in/groups <= 3, the padded
+// input's W at most 32 (a lane per position), float32, float16 or bfloat16 (float sums per
+// piece, double across pieces). Checked in float64 first (a prototype over paddings,
+// dilations and mixed kernel sizes: equal to 1e-15), then by the tests. Where it takes the
+// weight gradient, the lag input gradient takes the input gradient (if in its family), and
+// the recomputing tile kernel does not run.
+constexpr int64_t kGramMaxTaps = 3;
+constexpr int64_t kGramMaxInputChannels = 3;
+constexpr int64_t kGramMaxWidth = 32;                      // the padded input's W: the lanes
+constexpr int64_t kGramMaxClasses = 2 * kGramMaxTaps - 1;  // intervals per dim
+struct GramWeightGradPlan {
+  bool supported = false;
+  int64_t c_in_g = 0, c_out_g = 0;
+  int64_t E[3] = {};      // the padded input: D + 2 * padding, ...
+  int64_t reach[3] = {};  // (k - 1) * dilation: the largest lag, in positions
+  // A window row in shared memory: the 32 lanes' positions from float `margin` (reach[2]
+  // rounded up to 4: 16-byte aligned), zeros in the margins the W lags reach.
+  int64_t margin = 0, row_floats = 0;
+  // The input's rows are the window rows' 32 positions (W = 32, no padding along W): float32
+  // windows then load by 16-byte copies where x is 16-byte aligned.
+  bool whole_rows = false;
+  // The classes along D and H: [lo, hi) each, and bit k1 of box_mask set where the class lies
+  // inside box k1 ([k1 * dilation, k1 * dilation + out)).
+  int64_t classes[2] = {};
+  int32_t class_lo[2][kGramMaxClasses] = {}, class_hi[2][kGramMaxClasses] = {};
+  uint8_t box_mask[2][kGramMaxClasses] = {};
+  // The H-classes outside some box, whose rows get pieces of their own.
+  int64_t edge_classes = 0;
+  int8_t edge_class[kGramMaxClasses] = {};
+  // Pieces per (sample, conv group): the bulk ones, per D-class chunks of bulk_planes planes x
+  // chunks of bulk_rows rows of H (d_chunk_begin: the prefix of each D-class's chunks), then
+  // the edge ones, per D-class chunks of edge_planes planes (edge_chunk_begin) x edge class.
+  int64_t bulk_planes = 0, bulk_rows = 0, h_chunks = 0, edge_planes = 0;
+  int32_t d_chunk_begin[kGramMaxClasses + 1] = {}, edge_chunk_begin[kGramMaxClasses + 1] = {};
+  int64_t bulk_pieces = 0, pieces = 0;
+  // Floats a piece writes: per lag warp (dd, dw) c_in_g^2 x (2kH - 1) totals over the lanes
+  // (a, b, dh), then the same values of each of its 2 x reach[2] edge lanes ([0, reach[2]) and
+  // [Wo, E[2])).
+  int64_t piece_floats = 0;
+  // A lag (dd, dw) per warp, one half of them (R is symmetric): (kD - 1) x (2kW - 1) + kW.
+  int64_t warps = 0;
+  int64_t items_per_launch = 0;  // (sample, conv group) items, partials at most kGramPartialBytes
+  size_t smem_bytes = 0;         // a window of the sums kernel (the largest piece's); it keeps two
+  // The finalize's (per item and kGramGradChannels output channels): R and Sc, mu per column,
+  // the channels' weights, w . Sc and e, in double.
+  size_t finalize_smem_bytes = 0;
+};
+constexpr size_t kGramPartialBytes = size_t{16} << 20;
+constexpr int64_t kGramGradChannels = 8;
+GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShape& s,
+                                                                ScalarKind dtype,
+                                                                size_t smem_limit);
 // The CUDA backward (defined only in builds with CUDA): `supported` says whether a problem is
 // in its family on the current device.
 struct OnePassBackwardCudaKernel {

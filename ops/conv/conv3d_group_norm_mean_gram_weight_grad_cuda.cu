@@ -1,0 +1,901 @@
+// The Gram weight gradient of the one-pass conv3d_group_norm_mean backward (stride 1): the
+// weight gradient from per-sample sums of lag products of the centred input, without the
+// convolution's output (conv_kernels.h, GramWeightGradPlan: the identity, the classes and
+// pieces, the family).
+//
+// 1. gram_lag_sums_kernel: a persistent grid (a block per SM) walks the launch's (item, piece)
+//    units, two windows in shared memory (the next unit's copies in flight while this one's
+//    products run). A warp per lag (dd, dw) along D and W of one half (dd > 0, or dd = 0 and
+//    dw >= 0: R is symmetric; (kD - 1) x (2kW - 1) + kW warps: 13 at k = 3, up to 128
+//    registers each), a lane per position of the padded input's W (<= 32). The window holds
+//    xe = x - mu (-mu in the padding, 0 past it) for every input channel of the group, the
+//    piece's planes and rows with the lags' reach, each row in zero margins the W lags reach
+//    (16-byte copies of whole rows where the input's rows are the 32 positions). Each lane walks
+//    its column down the rows keeping the b rows of the 2kH - 1 lags dh in registers (a ring),
+//    so that per row it loads c_in_g values xe[a, p] and c_in_g values xe[b, p + (dd, kH - 1,
+//    dw)] and adds c_in_g^2 x (2kH - 1) products to float sums (headline: 45 multiply-adds per
+//    6 shared loads). At the piece's end a warp writes per (a, b, dh) its lanes' total
+//    (recursive halving: 62 shuffles for the 45 totals) and the values of its edge lanes, those
+//    some box along W leaves out.
+// 2. gram_box_sums_kernel: a thread per total and W-box k1w: R per box, in double and a fixed
+//    order: along W the total minus the edge lanes outside the box, along D the pieces of the
+//    classes inside the box, along H all of them minus the edge pieces of the H-classes outside
+//    it; and R's mirror entry. gram_window_sums_kernel, a block per (item, input channel): Sc,
+//    the sums of xe over each tap's box. gram_item_grads_kernel, a block per item and 8 output
+//    channels: the item's share of the weight gradient (the identity), in double.
+// 3. gram_weight_grad_kernel: dweight = the items' shares summed over the samples in order.
+// Measured (H100, headline, 2026-11-26; benchmarks/h100-2026-11-26-gram-weight-grad): see the
+// notes there for each step.
+// No atomics: every sum has a fixed order; results are deterministic.
+#include "common/cuda/device_info.cuh"
+#include "common/cuda/launch_utils.cuh"
+#include "common/cuda/scalar_ops.cuh"
+#include "conv/conv3d_group_norm_mean_gram_weight_grad.cuh"
+#include "conv/conv_input_box.cuh"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+namespace fused_ops {
+namespace gpu {
+namespace {
+
+struct GramArgs {
+  conv::Conv3dGroupNormMeanBackwardParams p;
+  conv::GramWeightGradPlan plan;
+  const void* coefficients;  // [N][C_out][3] of acc_t: alpha, m0, gamma
+  const void* mu;            // [N][C_in] of acc_t
+  float* partials;           // [items_per_launch][pieces][piece_floats]
+  double* gram_sums;         // [items_per_launch][J * J + J]: R, then Sc
+  double* item_grads;        // [N * groups][c_out_g][J]
+  int64_t item0;             // the launch's first item: n * groups + conv group
+  bool whole_rows;           // float32 and plan.whole_rows with x 16-byte aligned
+};
+
+constexpr int kLanes = static_cast<int>(conv::kGramMaxWidth);
+static_assert(kLanes == kWarpSize, "a lane per position of the padded input's W");
+constexpr int kMaxWarps =
+    static_cast<int>((conv::kGramMaxTaps - 1) * (2 * conv::kGramMaxTaps - 1) + conv::kGramMaxTaps);
+constexpr int kMaxThreads = kMaxWarps * kWarpSize;
+
+// The lag (dd, dw) along D and W of a warp of the sums kernel: the half with dd > 0, or dd = 0
+// and dw >= 0 (R is symmetric: the other half's sums are theirs with a and b swapped), first
+// dd = 0: warp 0 is the centre (0, 0).
+struct LagDW {
+  int dd, dw;
+};
+__device__ inline LagDW lag_of_warp(int warp, int kW) {
+  if (warp < kW) {
+    return {0, warp};
+  }
+  const int rest = warp - kW;
+  return {1 + rest / (2 * kW - 1), rest % (2 * kW - 1) - (kW - 1)};
+}
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// f(std::integral_constant<int, i>{}) for i = 0 .. kCount - 1, unrolled with i a constant.
+template <int kCount, typename F, int... kIs>
+__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, kIs...>) {
+  (f(std::integral_constant<int, kIs>{}), ...);
+}
+template <int kCount, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_impl<kCount>(f, std::make_integer_sequence<int, kCount>{});
+}
+
+// A piece's rows: planes [d0, d1) of D-class d_class, rows [h0, h1) of H (padded coordinates).
+struct Piece {
+  int d_class, d0, d1, h0, h1;
+};
+
+__device__ inline int class_of_chunk(const int32_t* begin, int classes, int chunk) {
+  int c = 0;
+  while (c + 1 < classes && chunk >= begin[c + 1]) {
+    ++c;
+  }
+  return c;
+}
+
+__device__ inline Piece piece_of(const conv::GramWeightGradPlan& plan, int i) {
+  Piece pc;
+  const int d_classes = static_cast<int>(plan.classes[0]);
+  if (i < plan.bulk_pieces) {
+    const int h_chunks = static_cast<int>(plan.h_chunks);
+    const int chunk = i / h_chunks, hc = i % h_chunks;
+    pc.d_class = class_of_chunk(plan.d_chunk_begin, d_classes, chunk);
+    pc.d0 = plan.class_lo[0][pc.d_class] +
+            (chunk - plan.d_chunk_begin[pc.d_class]) * static_cast<int>(plan.bulk_planes);
+    pc.d1 = min(pc.d0 + static_cast<int>(plan.bulk_planes), plan.class_hi[0][pc.d_class]);
+    pc.h0 = hc * static_cast<int>(plan.bulk_rows);
+    pc.h1 = min(pc.h0 + static_cast<int>(plan.bulk_rows), static_cast<int>(plan.E[1]));
+  } else {
+    const int edges = static_cast<int>(plan.edge_classes);
+    const int r = i - static_cast<int>(plan.bulk_pieces);
+    const int chunk = r / edges, e = r % edges;
+    pc.d_class = class_of_chunk(plan.edge_chunk_begin, d_classes, chunk);
+    pc.d0 = plan.class_lo[0][pc.d_class] +
+            (chunk - plan.edge_chunk_begin[pc.d_class]) * static_cast<int>(plan.edge_planes);
+    pc.d1 = min(pc.d0 + static_cast<int>(plan.edge_planes), plan.class_hi[0][pc.d_class]);
+    pc.h0 = plan.class_lo[1][plan.edge_class[e]];
+    pc.h1 = plan.class_hi[1][plan.edge_class[e]];
+  }
+  return pc;
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. The pieces' lag sums.
+
+// One step of warp_transpose_sums: lanes exchange half of their kActive values with the lane
+// kOffset away and keep the sums of the other half (lanes with that bit set the upper half).
+template <int kSize, int kActive, int kOffset>
+__device__ __forceinline__ void transpose_sums_step(float (&v)[kSize], int lane) {
+  constexpr int kHalf = kActive / 2;
+  const bool upper = (lane & kOffset) != 0;
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) {
+    // (Values first, then the selects: a select between v[i] and v[i + kHalf] themselves can
+    // become a dynamic index, and v goes to local memory.)
+    const float low = v[i], high = v[i + kHalf];
+    const float send = upper ? low : high;
+    const float keep = upper ? high : low;
+    v[i] = keep + __shfl_xor_sync(kFullMask, send, kOffset);
+  }
+  if constexpr (kOffset > 1) {
+    transpose_sums_step<kSize, kHalf, kOffset / 2>(v, lane);
+  }
+}
+
+// Sums each of the 32 * kM values v over the warp's lanes by recursive halving (31 * kM
+// shuffles, where a butterfly per value takes 5): on return lane l holds in v[0, kM) the totals
+// of values l * kM ... l * kM + kM - 1.
+template <int kM>
+__device__ __forceinline__ void warp_transpose_sums(float (&v)[kM * kWarpSize], int lane) {
+  transpose_sums_step<kM * kWarpSize, kM * kWarpSize, kWarpSize / 2>(v, lane);
+}
+
+// A unit of work of the sums kernel: piece `piece` of the launch's item `item_local`.
+struct PieceWork {
+  int item_local, piece;
+  Piece pc;
+  int planes, rows;  // its window's (the piece's with the lags' reach)
+};
+
+__device__ inline PieceWork piece_work(const conv::GramWeightGradPlan& plan, int k) {
+  PieceWork w;
+  w.item_local = k / static_cast<int>(plan.pieces);
+  w.piece = k % static_cast<int>(plan.pieces);
+  w.pc = piece_of(plan, w.piece);
+  w.planes = w.pc.d1 - w.pc.d0 + 2 * static_cast<int>(plan.reach[0]);
+  w.rows = w.pc.h1 - w.pc.h0 + 2 * static_cast<int>(plan.reach[1]);
+  return w;
+}
+
+// Calls f(b, plane, j, col, index) for the window elements this thread handles, with few
+// instructions each: a fixed column col = tid % row_floats of rows r = tid / row_floats + k *
+// slots (slots = blockDim / row_floats rows at a time), r = (b, plane, j) stepped along.
+template <typename F>
+__device__ __forceinline__ void for_window_elements(int channels, int planes, int rows,
+                                                    int row_floats, F&& f) {
+  const int slots = static_cast<int>(blockDim.x) / row_floats;
+  const int slot = static_cast<int>(threadIdx.x) / row_floats;
+  if (slot >= slots) {
+    return;
+  }
+  const int col = static_cast<int>(threadIdx.x) % row_floats;
+  const int total_rows = channels * planes * rows;
+  int j = slot % rows, plane = slot / rows % planes, b = slot / (rows * planes);
+  for (int r = slot; r < total_rows; r += slots) {
+    f(b, plane, j, col, r * row_floats + col);
+    j += slots;
+    while (j >= rows) {
+      j -= rows;
+      if (++plane == planes) {
+        plane = 0;
+        ++b;
+      }
+    }
+  }
+}
+
+// Calls f(b, plane, j, chunk, row) for the 16-byte chunks of window rows this thread handles
+// (whole_rows: 8 chunks per row, 8 threads per row, blockDim / 8 rows at a time).
+template <typename F>
+__device__ __forceinline__ void for_window_chunks(int channels, int planes, int rows, F&& f) {
+  constexpr int kChunks = kLanes / 4;
+  const int slots = static_cast<int>(blockDim.x) / kChunks;
+  const int slot = static_cast<int>(threadIdx.x) / kChunks;
+  const int chunk = static_cast<int>(threadIdx.x) % kChunks;
+  const int total_rows = channels * planes * rows;
+  int j = slot % rows, plane = slot / rows % planes, b = slot / (rows * planes);
+  for (int r = slot; r < total_rows; r += slots) {
+    f(b, plane, j, chunk, r);
+    j += slots;
+    while (j >= rows) {
+      j -= rows;
+      if (++plane == planes) {
+        plane = 0;
+        ++b;
+      }
+    }
+  }
+}
+
+// The window of a piece, [kC][planes][rows][row_floats]: xe = x - mu at padded (d0 - reach_d +
+// plane, h0 - reach_h + j, col - reach_w) inside the padded input (-mu in the padding), 0
+// past it. float32: x by asynchronous copies (zero-filled outside the input), centred by
+// centre_window once they landed; other types through registers, centred here.
+template <typename T, int kC>
+__device__ __forceinline__ void stage_window(const GramArgs& a, const PieceWork& w, float* window) {
+  const conv::GramWeightGradPlan& plan = a.plan;
+  const conv::Conv3dShape& s = a.p.conv;
+  const int64_t item = a.item0 + w.item_local;
+  const int64_t n = item / s.groups, g = item % s.groups;
+  const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);
+  const int margin = static_cast<int>(plan.margin);
+  const int d_first = w.pc.d0 - static_cast<int>(plan.reach[0]);
+  const int h_first = w.pc.h0 - static_cast<int>(plan.reach[1]);
+  const int pad_d = static_cast<int>(s.padding[0]), pad_h = static_cast<int>(s.padding[1]),
+            pad_w = static_cast<int>(s.padding[2]);
+  const int ED = static_cast<int>(plan.E[0]), EH = static_cast<int>(plan.E[1]),
+            EW = static_cast<int>(plan.E[2]);
+  const T* x = static_cast<const T*>(a.p.x) + (n * s.C_in + g * kC) * s.D * s.H * s.W;
+  const float* mu = static_cast<const float*>(a.mu) + n * s.C_in + g * kC;
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.whole_rows) {  // a row: 8 copies of 16 bytes, zero-filled outside the input
+      const int row_floats = static_cast<int>(plan.row_floats);
+      for_window_chunks(kC, w.planes, w.rows, [&](int b, int plane, int j, int chunk, int r) {
+        const int xd = d_first + plane - pad_d, xh = h_first + j - pad_h;
+        const bool inside = xd >= 0 && xd < D && xh >= 0 && xh < H;
+        const float* src =
+            x + (inside ? ((static_cast<int64_t>(b) * D + xd) * H + xh) * kLanes + 4 * chunk : 0);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        const unsigned to = static_cast<unsigned>(
+            __cvta_generic_to_shared(window + r * row_floats + margin + 4 * chunk));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src),
+                     "r"(inside ? 16 : 0));
+#else
+        *reinterpret_cast<float4*>(window + r * row_floats + margin + 4 * chunk) =
+            inside ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+#endif
+      });
+      return;
+    }
+  }
+  for_window_elements(
+      kC, w.planes, w.rows, static_cast<int>(plan.row_floats),
+      [&](int b, int plane, int j, int col, int index) {
+        const int xd = d_first + plane - pad_d, xh = h_first + j - pad_h, xw = col - margin - pad_w;
+        const bool inside = xd >= 0 && xd < D && xh >= 0 && xh < H && xw >= 0 && xw < W;
+        const T* src = x + (inside ? (static_cast<int64_t>(b) * D + xd) * H * W + xh * W + xw : 0);
+        if constexpr (std::is_same_v<T, float>) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+          const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(window + index));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src),
+                       "r"(inside ? 4 : 0));
+#else
+          window[index] = inside ? *src : 0.0f;
+#endif
+        } else {
+          const int pd = xd + pad_d, ph = xh + pad_h, pw = xw + pad_w;
+          const bool in_e = pd >= 0 && pd < ED && ph >= 0 && ph < EH && pw >= 0 && pw < EW;
+          const float v = inside ? ScalarOps<T>::to_acc(*src) : 0.0f;
+          window[index] = in_e ? v - mu[b] : 0.0f;
+        }
+      });
+}
+
+// float32: xe = x - mu in place where stage_window's copies landed inside the padded input:
+// each thread the elements it copied, after its copies completed (cp_async_wait_all), before
+// the barrier that publishes the window.
+template <int kC>
+__device__ __forceinline__ void centre_window(const GramArgs& a, const PieceWork& w,
+                                              float* window) {
+  const conv::GramWeightGradPlan& plan = a.plan;
+  const conv::Conv3dShape& s = a.p.conv;
+  const int64_t item = a.item0 + w.item_local;
+  const int64_t n = item / s.groups, g = item % s.groups;
+  const float* mu_item = static_cast<const float*>(a.mu) + n * s.C_in + g * kC;
+  float mu[kC];
+#pragma unroll
+  for (int i = 0; i < kC; ++i) {
+    mu[i] = mu_item[i];
+  }
+  const int margin = static_cast<int>(plan.margin);
+  const int ED = static_cast<int>(plan.E[0]), EH = static_cast<int>(plan.E[1]),
+            EW = static_cast<int>(plan.E[2]);
+  const int d_first = w.pc.d0 - static_cast<int>(plan.reach[0]);
+  const int h_first = w.pc.h0 - static_cast<int>(plan.reach[1]);
+  if (a.whole_rows) {  // every position of a row inside the padded input is
+    const int row_floats = static_cast<int>(plan.row_floats);
+    for_window_chunks(kC, w.planes, w.rows, [&](int b, int plane, int j, int chunk, int r) {
+      const int pd = d_first + plane, ph = h_first + j;
+      if (pd >= 0 && pd < ED && ph >= 0 && ph < EH) {
+        float m = mu[0];
+#pragma unroll
+        for (int i = 1; i < kC; ++i) {
+          m = b == i ? mu[i] : m;
+        }
+        float4* v = reinterpret_cast<float4*>(window + r * row_floats + margin + 4 * chunk);
+        float4 x = *v;
+        x.x -= m, x.y -= m, x.z -= m, x.w -= m;
+        *v = x;
+      }
+    });
+    return;
+  }
+  for_window_elements(kC, w.planes, w.rows, static_cast<int>(plan.row_floats),
+                      [&](int b, int plane, int j, int col, int index) {
+                        const int pd = d_first + plane, ph = h_first + j, pw = col - margin;
+                        if (pd >= 0 && pd < ED && ph >= 0 && ph < EH && pw >= 0 && pw < EW) {
+                          float m = mu[0];
+#pragma unroll
+                          for (int i = 1; i < kC; ++i) {
+                            m = b == i ? mu[i] : m;
+                          }
+                          window[index] -= m;
+                        }
+                      });
+}
+
+// A persistent grid: block b takes the launch's (item, piece) units b, b + grid, ... with two
+// windows in shared memory, the next unit's copies in flight while this one's products run.
+// kC = c_in_g, kKH = kH. A warp per lag (dd, dw) of the half (lag_of_warp); each lane walks its
+// column of the piece's rows (h) keeping the b rows of the 2kH - 1 lags dh in registers (a ring),
+// so that a row costs 2 c_in_g shared loads for c_in_g^2 (2kH - 1) multiply-adds (45 at the
+// headline).
+template <typename T, int kC, int kKH>
+__global__ void __launch_bounds__(kMaxThreads, 1)
+    gram_lag_sums_kernel(const GramArgs a, int units) {
+  using acc_t = typename ScalarOps<T>::acc_t;
+  static_assert(sizeof(acc_t) == 4, "float sums");
+  constexpr int kSpanH = 2 * kKH - 1;
+  constexpr int kValues = kC * kC * kSpanH;  // a lane's sums: (a, b, dh)
+  constexpr int kM = (kValues + kWarpSize - 1) / kWarpSize;
+  extern __shared__ float windows[];  // two of plan.smem_bytes
+  const conv::GramWeightGradPlan& plan = a.plan;
+  const conv::Conv3dShape& s = a.p.conv;
+  const int reach_d = static_cast<int>(plan.reach[0]), reach_h = static_cast<int>(plan.reach[1]),
+            reach_w = static_cast<int>(plan.reach[2]);
+  const int row_floats = static_cast<int>(plan.row_floats), margin = static_cast<int>(plan.margin);
+  const int EW = static_cast<int>(plan.E[2]), wo = static_cast<int>(s.Wo);
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const LagDW lag = lag_of_warp(warp, static_cast<int>(s.kW));
+  const int dd = lag.dd, dw = lag.dw;
+  const int dil_h = static_cast<int>(s.dilation[1]);
+  const int window_floats = static_cast<int>(plan.smem_bytes / sizeof(float));
+
+  int k = static_cast<int>(blockIdx.x);
+  if (k >= units) {
+    return;
+  }
+  // Both windows start as zeros: the margins the W lags reach are never written (the 16-byte
+  // copies of whole_rows write the 32 positions of a row; the other copies whole rows).
+  for (int i = static_cast<int>(threadIdx.x); i < window_floats / 2;
+       i += static_cast<int>(blockDim.x)) {
+    reinterpret_cast<float4*>(windows)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  stage_window<T, kC>(a, piece_work(plan, k), windows);
+  for (int it = 0; k < units; k += static_cast<int>(gridDim.x), ++it) {
+    const PieceWork w = piece_work(plan, k);
+    float* window = windows + (it & 1) * window_floats;
+    if constexpr (std::is_same_v<T, float>) {
+      cp_async_wait_all();
+      centre_window<kC>(a, w, window);
+    }
+    __syncthreads();  // this unit's window complete; every warp done with the other one
+    if (k + static_cast<int>(gridDim.x) < units) {
+      stage_window<T, kC>(a, piece_work(plan, k + static_cast<int>(gridDim.x)),
+                          windows + ((it + 1) & 1) * window_floats);
+    }
+    const int rows = w.rows;
+    const int channel_stride = w.planes * rows * row_floats;
+    const int row_step = dil_h * row_floats;  // one lag along H
+    // The b values' offset from the a values' (the lag along D and W; along H the ring's).
+    const int b_shift = dd * static_cast<int>(s.dilation[0]) * rows * row_floats +
+                        dw * static_cast<int>(s.dilation[2]);
+    float acc[kC][kC][kSpanH];
+#pragma unroll
+    for (int i = 0; i < kC; ++i) {
+#pragma unroll
+      for (int j = 0; j < kC; ++j) {
+#pragma unroll
+        for (int l = 0; l < kSpanH; ++l) {
+          acc[i][j][l] = 0.0f;
+        }
+      }
+    }
+    const int piece_rows = w.pc.h1 - w.pc.h0;
+    for (int d = reach_d; d < w.planes - reach_d; ++d) {
+      // Rows h = phase + t * dilation (t = 0, 1, ...) of each phase: their lags along H are
+      // rows of the same phase, whose b values the ring holds.
+      for (int phase = 0; phase < min(dil_h, piece_rows); ++phase) {
+        const int count = (piece_rows - phase + dil_h - 1) / dil_h;
+        const float* a_row = window + (d * rows + reach_h + phase) * row_floats + margin + lane;
+        const float* b_row = a_row + b_shift;
+        // ring[(t + s + kKH - 1) % kSpanH] holds the b values of lag s (row t + s) at row t.
+        float ring[kSpanH][kC];
+#pragma unroll
+        for (int sh = 0; sh < kSpanH - 1; ++sh) {
+#pragma unroll
+          for (int b = 0; b < kC; ++b) {
+            ring[sh][b] = b_row[b * channel_stride + (sh - (kKH - 1)) * row_step];
+          }
+        }
+        // Whole rounds of kSpanH rows (the ring's slots fixed per step), then the rest.
+        const int whole = count - count % kSpanH;
+        const auto row = [&](int t, auto step_tag) {
+          constexpr int kStep = decltype(step_tag)::value;
+          const int at = t * row_step;
+#pragma unroll
+          for (int b = 0; b < kC; ++b) {
+            ring[(kStep + kSpanH - 1) % kSpanH][b] =
+                b_row[b * channel_stride + at + (kKH - 1) * row_step];
+          }
+          float av[kC];
+#pragma unroll
+          for (int i = 0; i < kC; ++i) {
+            av[i] = a_row[i * channel_stride + at];
+          }
+#pragma unroll
+          for (int l = 0; l < kSpanH; ++l) {
+#pragma unroll
+            for (int j = 0; j < kC; ++j) {
+              const float bv = ring[(kStep + l) % kSpanH][j];
+#pragma unroll
+              for (int i = 0; i < kC; ++i) {
+                acc[i][j][l] = fmaf(av[i], bv, acc[i][j][l]);
+              }
+            }
+          }
+        };
+        int t = 0;
+        for (; t < whole; t += kSpanH) {
+          static_for<kSpanH>([&](auto step) { row(t + decltype(step)::value, step); });
+        }
+        static_for<kSpanH - 1>([&](auto step) {
+          if (t + decltype(step)::value < count) {
+            row(t + decltype(step)::value, step);
+          }
+        });
+      }
+    }
+
+    // A warp's share of the piece: per (a, b, dh) the total over its lanes, then the values of
+    // the edge lanes ([0, reach_w) and [Wo, E_W): the lanes some box along W leaves out), from
+    // which gram_box_sums_kernel forms each box's sum.
+    float* out = a.partials +
+                 (static_cast<int64_t>(w.item_local) * plan.pieces + w.piece) * plan.piece_floats;
+    float* warp_out = out + warp * kValues * (1 + 2 * reach_w);
+    float v[kM * kWarpSize];
+#pragma unroll
+    for (int i = 0; i < kM * kWarpSize; ++i) {
+      v[i] = i < kValues ? acc[i / (kC * kSpanH)][i / kSpanH % kC][i % kSpanH] : 0.0f;
+    }
+    // (A lane may hold both kinds of edge where Wo < reach_w.)
+    if (lane < reach_w) {
+#pragma unroll
+      for (int i = 0; i < kValues; ++i) {
+        warp_out[kValues + lane * kValues + i] = v[i];
+      }
+    }
+    if (lane >= wo && lane < EW) {
+#pragma unroll
+      for (int i = 0; i < kValues; ++i) {
+        warp_out[kValues + (reach_w + lane - wo) * kValues + i] = v[i];
+      }
+    }
+    warp_transpose_sums<kM>(v, lane);
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      if (lane * kM + i < kValues) {
+        warp_out[lane * kM + i] = v[i];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. R and Sc per item from the pieces, then the item's share of the weight gradient.
+
+// blockIdx: x the block of (total, k1w) pairs, y the launch's item; a thread per total of a
+// warp's share (a lag (dd, dw), channels (a, b), lag dh) and box k1w along W. Its value per box
+// (k1d, k1h) along D and H, in double and a fixed order: per piece the total minus the edge
+// lanes outside box k1w, over the bulk pieces of the D-classes inside the box, minus the edge
+// pieces of their H-classes outside it; each is one entry of R and its mirror.
+__global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs a) {
+  const conv::GramWeightGradPlan& plan = a.plan;
+  const conv::Conv3dShape& s = a.p.conv;
+  const int C = static_cast<int>(plan.c_in_g);
+  const int kD = static_cast<int>(s.kD), kH = static_cast<int>(s.kH), kW = static_cast<int>(s.kW);
+  const int taps = kD * kH * kW, J = C * taps, span_h = 2 * kH - 1;
+  const int values = C * C * span_h, reach_w = static_cast<int>(plan.reach[2]);
+  const int edge_lanes = 2 * reach_w, dil_w = static_cast<int>(s.dilation[2]);
+  const int pair = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
+  if (pair >= plan.warps * values * kW) {
+    return;
+  }
+  const int k1w = pair % kW, slot = pair / kW;
+  const int warp = slot / values, rest = slot % values;
+  const int i = rest / (C * span_h), j = rest / span_h % C, dh = rest % span_h - (kH - 1);
+  const LagDW lag = lag_of_warp(warp, kW);
+  const int dd = lag.dd, dw = lag.dw, k2w = k1w + dw;
+  if (k2w < 0 || k2w >= kW || (dd == 0 && dw == 0 && dh < 0)) {
+    return;  // (no such taps; or the mirror of lag -dh with a and b swapped, which writes both)
+  }
+  // The total's place in a piece, then its edge lanes' (stride `values`); those outside box k1w:
+  // lanes [0, k1w * dil_w) and [k1w * dil_w + Wo, E_W).
+  const int offset = warp * values * (1 + edge_lanes) + rest;
+  const int low_out = k1w * dil_w;  // edge slots [0, low_out) and [reach_w + low_out, 2 reach_w)
+  const float* parts =
+      a.partials + static_cast<int64_t>(blockIdx.y) * plan.pieces * plan.piece_floats + offset;
+  const auto piece_value = [&](int64_t piece) {
+    const float* v = parts + piece * plan.piece_floats;
+    double sum = static_cast<double>(v[0]);
+    for (int e = 0; e < low_out; ++e) {
+      sum -= static_cast<double>(v[values * (1 + e)]);
+    }
+    for (int e = reach_w + low_out; e < edge_lanes; ++e) {
+      sum -= static_cast<double>(v[values * (1 + e)]);
+    }
+    return sum;
+  };
+  double box[conv::kGramMaxTaps][conv::kGramMaxTaps] = {};
+  const int h_chunks = static_cast<int>(plan.h_chunks), edges = static_cast<int>(plan.edge_classes);
+  for (int c = 0; c < plan.classes[0]; ++c) {
+    const unsigned mask_d = plan.box_mask[0][c];
+    double bulk = 0.0;
+    for (int piece = plan.d_chunk_begin[c] * h_chunks; piece < plan.d_chunk_begin[c + 1] * h_chunks;
+         ++piece) {
+      bulk += piece_value(piece);
+    }
+#pragma unroll
+    for (int k1d = 0; k1d < conv::kGramMaxTaps; ++k1d) {
+#pragma unroll
+      for (int k1h = 0; k1h < conv::kGramMaxTaps; ++k1h) {
+        box[k1d][k1h] += ((mask_d >> k1d) & 1) != 0 ? bulk : 0.0;
+      }
+    }
+    for (int e = 0; e < edges; ++e) {
+      const unsigned mask_h = plan.box_mask[1][plan.edge_class[e]];
+      double edge = 0.0;
+      for (int chunk = plan.edge_chunk_begin[c]; chunk < plan.edge_chunk_begin[c + 1]; ++chunk) {
+        edge += piece_value(plan.bulk_pieces + static_cast<int64_t>(chunk) * edges + e);
+      }
+#pragma unroll
+      for (int k1d = 0; k1d < conv::kGramMaxTaps; ++k1d) {
+#pragma unroll
+        for (int k1h = 0; k1h < conv::kGramMaxTaps; ++k1h) {
+          box[k1d][k1h] -= ((mask_d >> k1d) & 1) != 0 && ((mask_h >> k1h) & 1) == 0 ? edge : 0.0;
+        }
+      }
+    }
+  }
+  double* R = a.gram_sums + static_cast<int64_t>(blockIdx.y) * (J * J + J);
+#pragma unroll
+  for (int k1d = 0; k1d < conv::kGramMaxTaps; ++k1d) {
+#pragma unroll
+    for (int k1h = 0; k1h < conv::kGramMaxTaps; ++k1h) {
+      const int k2d = k1d + dd, k2h = k1h + dh;
+      if (k1d >= kD || k1h >= kH || k2d < 0 || k2d >= kD || k2h < 0 || k2h >= kH) {
+        continue;
+      }
+      const int t1 = (k1d * kH + k1h) * kW + k1w, t2 = (k2d * kH + k2h) * kW + k2w;
+      R[(i * taps + t1) * J + j * taps + t2] = box[k1d][k1h];
+      if (dd != 0 || dw != 0 || dh != 0) {  // R's other half (lag 0: its own slot)
+        R[(j * taps + t2) * J + i * taps + t1] = box[k1d][k1h];
+      }
+    }
+  }
+}
+
+// blockIdx: x the launch's item, y its input channel b. Sc[(b, k)] = the sum of xe[b] over box
+// k of the padded input (its positions [k * dilation, k * dilation + out) per dim): a lane per
+// position along W, each warp every 8th row (d, h), adding the row's value into the boxes along
+// D and H that hold the row (at most 9); then, in double and a fixed order, the warps' sums per
+// lane and the lanes of each box along W.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) gram_window_sums_kernel(const GramArgs a) {
+  using acc_t = typename ScalarOps<T>::acc_t;
+  constexpr int kTaps = static_cast<int>(conv::kGramMaxTaps);
+  __shared__ float rows_s[kWarpsPerBlock][kTaps * kTaps][kLanes];
+  __shared__ double lanes_s[kTaps * kTaps][kLanes];
+  const conv::GramWeightGradPlan& plan = a.plan;
+  const conv::Conv3dShape& s = a.p.conv;
+  const int64_t item = a.item0 + blockIdx.x;
+  const int64_t n = item / s.groups, g = item % s.groups;
+  const int b = static_cast<int>(blockIdx.y), C = static_cast<int>(plan.c_in_g);
+  const int kD = static_cast<int>(s.kD), kH = static_cast<int>(s.kH), kW = static_cast<int>(s.kW);
+  const int EH = static_cast<int>(plan.E[1]), EW = static_cast<int>(plan.E[2]);
+  const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);
+  const int pad_d = static_cast<int>(s.padding[0]), pad_h = static_cast<int>(s.padding[1]),
+            pad_w = static_cast<int>(s.padding[2]);
+  const int Do = static_cast<int>(s.Do), Ho = static_cast<int>(s.Ho), Wo = static_cast<int>(s.Wo);
+  const int dil_d = static_cast<int>(s.dilation[0]), dil_h = static_cast<int>(s.dilation[1]),
+            dil_w = static_cast<int>(s.dilation[2]);
+  const T* x = static_cast<const T*>(a.p.x) + (n * s.C_in + g * C + b) * s.D * s.H * s.W;
+  const float mu = static_cast<const acc_t*>(a.mu)[n * s.C_in + g * C + b];
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int xw = lane - pad_w;
+  float sums[kTaps][kTaps] = {};
+  // Rows in groups of kRowsInFlight per warp, their loads issued first (the sums are latency-
+  // bound otherwise: one block per (item, channel), under a wave).
+  constexpr int kRowsInFlight = 4;
+  const int total_rows = static_cast<int>(plan.E[0]) * EH;
+  for (int r0 = warp; r0 < total_rows; r0 += kRowsInFlight * kWarpsPerBlock) {
+    float v[kRowsInFlight];
+#pragma unroll
+    for (int u = 0; u < kRowsInFlight; ++u) {
+      const int r = r0 + u * kWarpsPerBlock;
+      const int xd = r / EH - pad_d, xh = r % EH - pad_h;
+      const bool inside =
+          r < total_rows && xd >= 0 && xd < D && xh >= 0 && xh < H && xw >= 0 && xw < W;
+      v[u] = inside ? ScalarOps<T>::to_acc(x[(static_cast<int64_t>(xd) * H + xh) * W + xw]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kRowsInFlight; ++u) {
+      const int r = r0 + u * kWarpsPerBlock;
+      const int pd = r / EH, ph = r % EH;
+      const float value = r < total_rows && lane < EW ? v[u] - mu : 0.0f;
+#pragma unroll
+      for (int kd = 0; kd < kTaps; ++kd) {
+#pragma unroll
+        for (int kh = 0; kh < kTaps; ++kh) {
+          const bool in_box =
+              pd >= kd * dil_d && pd < kd * dil_d + Do && ph >= kh * dil_h && ph < kh * dil_h + Ho;
+          sums[kd][kh] += in_box ? value : 0.0f;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int kd = 0; kd < kTaps; ++kd) {
+#pragma unroll
+    for (int kh = 0; kh < kTaps; ++kh) {
+      rows_s[warp][kd * kTaps + kh][lane] = sums[kd][kh];
+    }
+  }
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < kTaps * kTaps * kLanes; i += kThreads) {
+    double total = 0.0;
+    for (int w = 0; w < kWarpsPerBlock; ++w) {
+      total += static_cast<double>(rows_s[w][i / kLanes][i % kLanes]);
+    }
+    lanes_s[i / kLanes][i % kLanes] = total;
+  }
+  __syncthreads();
+  const int J = C * kD * kH * kW;
+  double* Sc = a.gram_sums + static_cast<int64_t>(blockIdx.x) * (J * J + J) + J * J;
+  const int t = static_cast<int>(threadIdx.x);  // a tap (kd, kh, kw) per thread
+  if (t < kD * kH * kW) {
+    const int kd = t / (kH * kW), kh = t / kW % kH, kw = t % kW;
+    double total = 0.0;
+    for (int l = kw * dil_w; l < kw * dil_w + Wo; ++l) {
+      total += lanes_s[kd * kTaps + kh][l];
+    }
+    Sc[b * kD * kH * kW + t] = total;
+  }
+}
+
+// blockIdx: x the launch's item, y a chunk of kGradChannels output channels. The item's share
+// of dweight (the identity of conv_kernels.h) per (output channel c, column j), in double, with
+// R, Sc and the chunk's weights in shared memory.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) gram_item_grads_kernel(const GramArgs a) {
+  using acc_t = typename ScalarOps<T>::acc_t;
+  constexpr int kChannels = static_cast<int>(conv::kGramGradChannels);
+  extern __shared__ double finalize_smem[];
+  const conv::GramWeightGradPlan& plan = a.plan;
+  const conv::Conv3dShape& s = a.p.conv;
+  const int C = static_cast<int>(plan.c_in_g), c_out_g = static_cast<int>(plan.c_out_g);
+  const int taps = static_cast<int>(s.kD * s.kH * s.kW), J = C * taps;
+  const int c0 = static_cast<int>(blockIdx.y) * kChannels;
+  const int channels = min(kChannels, c_out_g - c0);
+  double* R = finalize_smem;           // [J][J]
+  double* Sc = R + J * J;              // [J]
+  double* mu_col = Sc + J;             // [J]: mu of column j's input channel
+  double* w_s = mu_col + J;            // [kChannels][J]
+  double* w_sc = w_s + kChannels * J;  // [kChannels]: w[c] . Sc
+  double* e_c = w_sc + kChannels;      // [kChannels]
+  const int64_t item = a.item0 + blockIdx.x;
+  const int64_t n = item / s.groups, g = item % s.groups;
+  const double* sums = a.gram_sums + static_cast<int64_t>(blockIdx.x) * (J * J + J);
+  const acc_t* mu = static_cast<const acc_t*>(a.mu) + n * s.C_in + g * C;
+  const T* weight = static_cast<const T*>(a.p.weight) + (g * c_out_g + c0) * J;
+  for (int e = threadIdx.x; e < J * J + J; e += kThreads) {
+    R[e] = sums[e];  // (R, then Sc)
+  }
+  for (int j = threadIdx.x; j < J; j += kThreads) {
+    mu_col[j] = static_cast<double>(mu[j / taps]);
+  }
+  for (int e = threadIdx.x; e < channels * J; e += kThreads) {
+    w_s[e] = ScalarOps<T>::to_double(weight[e]);
+  }
+  __syncthreads();
+  const acc_t* coef =
+      static_cast<const acc_t*>(a.coefficients) + (n * s.C_out + g * c_out_g + c0) * 3;
+  for (int c = threadIdx.x; c < channels; c += kThreads) {
+    double ws = 0.0, nu = 0.0;
+    for (int j = 0; j < J; ++j) {
+      ws += w_s[c * J + j] * Sc[j];
+      nu += w_s[c * J + j] * mu_col[j];
+    }
+    const double alpha = static_cast<double>(coef[3 * c]);
+    w_sc[c] = ws;
+    e_c[c] =
+        static_cast<double>(coef[3 * c + 2]) + alpha * (nu - static_cast<double>(coef[3 * c + 1]));
+  }
+  __syncthreads();
+  const double S = static_cast<double>(s.Do * s.Ho * s.Wo);
+  double* grads = a.item_grads + (item * c_out_g + c0) * J;
+  for (int e = threadIdx.x; e < channels * J; e += kThreads) {
+    const int c = e / J, j = e % J;
+    double wr = 0.0;
+    for (int i = 0; i < J; ++i) {
+      wr += w_s[c * J + i] * R[i * J + j];
+    }
+    const double alpha = static_cast<double>(coef[3 * c]);
+    grads[e] = alpha * (wr + mu_col[j] * w_sc[c]) + e_c[c] * (Sc[j] + S * mu_col[j]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. dweight: the items' shares, over n in order.
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) gram_weight_grad_kernel(const GramArgs a) {
+  const conv::Conv3dShape& s = a.p.conv;
+  const int64_t J = a.plan.c_in_g * s.kD * s.kH * s.kW;
+  const int64_t per_group = a.plan.c_out_g * J;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= s.C_out * J) {
+    return;
+  }
+  const int64_t g = i / per_group, r = i % per_group;
+  double total = 0.0;
+  for (int64_t n = 0; n < s.N; ++n) {
+    total += a.item_grads[(n * s.groups + g) * per_group + r];
+  }
+  static_cast<T*>(a.p.dweight)[i] = ScalarOps<T>::from_double(total);
+}
+
+template <typename T, int kC>
+auto lag_sums_kernel_for_c(int64_t kH) -> void (*)(GramArgs, int) {
+  switch (kH) {
+    case 1:
+      return gram_lag_sums_kernel<T, kC, 1>;
+    case 2:
+      return gram_lag_sums_kernel<T, kC, 2>;
+    case 3:
+      return gram_lag_sums_kernel<T, kC, 3>;
+    default:
+      return nullptr;
+  }
+}
+
+template <typename T>
+auto lag_sums_kernel(int64_t c_in_g, int64_t kH) -> void (*)(GramArgs, int) {
+  switch (c_in_g) {
+    case 1:
+      return lag_sums_kernel_for_c<T, 1>(kH);
+    case 2:
+      return lag_sums_kernel_for_c<T, 2>(kH);
+    case 3:
+      return lag_sums_kernel_for_c<T, 3>(kH);
+    default:
+      return nullptr;
+  }
+}
+
+struct GramWorkspace {
+  float* partials;
+  double* gram_sums;
+  double* item_grads;
+  size_t bytes;
+};
+
+GramWorkspace carve_gram(const conv::Conv3dGroupNormMeanBackwardParams& p,
+                         const conv::GramWeightGradPlan& plan, void* base) {
+  WorkspaceCarver carver(base);
+  GramWorkspace ws;
+  ws.partials = carver.take<float>(plan.items_per_launch * plan.pieces * plan.piece_floats);
+  const int64_t J = plan.c_in_g * p.conv.kD * p.conv.kH * p.conv.kW;
+  ws.gram_sums = carver.take<double>(plan.items_per_launch * (J * J + J));
+  ws.item_grads = carver.take<double>(p.conv.N * p.conv.C_out * J);
+  ws.bytes = carver.bytes();
+  return ws;
+}
+
+bool gram_weight_grad_enabled() {
+  const char* setting = std::getenv("FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD");
+  return setting == nullptr || std::strcmp(setting, "0") != 0;
+}
+
+}  // namespace
+
+conv::GramWeightGradPlan gram_weight_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p) {
+  if (p.dweight == nullptr || !gram_weight_grad_enabled()) {
+    return {};
+  }
+  return conv::plan_conv3d_group_norm_mean_gram_weight_grad(p.conv, p.dtype,
+                                                            current_device_info().shared_memory);
+}
+
+template <typename T>
+size_t gram_weight_grad_workspace_bytes(const conv::Conv3dGroupNormMeanBackwardParams& p,
+                                        const conv::GramWeightGradPlan& plan) {
+  return plan.supported ? carve_gram(p, plan, nullptr).bytes : 0;
+}
+
+template <typename T>
+cudaError_t gram_weight_grad_launch(const conv::Conv3dGroupNormMeanBackwardParams& p,
+                                    const conv::GramWeightGradPlan& plan, const void* coefficients,
+                                    const void* mu, void* workspace, cudaStream_t stream) {
+  const auto sums_kernel = lag_sums_kernel<T>(plan.c_in_g, p.conv.kH);
+  if (!plan.supported || sums_kernel == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const GramWorkspace ws = carve_gram(p, plan, workspace);
+  const bool whole_rows =
+      std::is_same_v<T, float> && plan.whole_rows && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
+  GramArgs args{p, plan, coefficients, mu, ws.partials, ws.gram_sums, ws.item_grads, 0, whole_rows};
+  const conv::Conv3dShape& s = p.conv;
+  FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(sums_kernel,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      static_cast<int>(2 * plan.smem_bytes)));
+  const int64_t sms = std::max(current_device_info().multiprocessors, 1);
+  FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(gram_item_grads_kernel<T>,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      static_cast<int>(plan.finalize_smem_bytes)));
+  const int64_t items = s.N * s.groups;
+  const unsigned threads = static_cast<unsigned>(plan.warps * kWarpSize);
+  for (int64_t item0 = 0; item0 < items; item0 += plan.items_per_launch) {
+    const int64_t count = std::min(plan.items_per_launch, items - item0);
+    args.item0 = item0;
+    const int64_t units = count * plan.pieces;
+    sums_kernel<<<static_cast<unsigned>(std::min<int64_t>(units, sms)), threads,
+                  2 * plan.smem_bytes, stream>>>(args, static_cast<int>(units));
+    FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+    const int64_t pairs = plan.warps * plan.c_in_g * plan.c_in_g * (2 * s.kH - 1) * s.kW;
+    gram_box_sums_kernel<<<dim3(static_cast<unsigned>(ceil_div(pairs, kThreads)),
+                                static_cast<unsigned>(count)),
+                           kThreads, 0, stream>>>(args);
+    FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+    gram_window_sums_kernel<T>
+        <<<dim3(static_cast<unsigned>(count), static_cast<unsigned>(plan.c_in_g)), kThreads, 0,
+           stream>>>(args);
+    FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+    gram_item_grads_kernel<T>
+        <<<dim3(static_cast<unsigned>(count),
+                static_cast<unsigned>(ceil_div(plan.c_out_g, conv::kGramGradChannels))),
+           kThreads, plan.finalize_smem_bytes, stream>>>(args);
+    FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+  }
+  const int64_t size = s.C_out * plan.c_in_g * s.kD * s.kH * s.kW;
+  if (!grid_fits(ceil_div(size, kThreads))) {
+    return cudaErrorInvalidConfiguration;
+  }
+  gram_weight_grad_kernel<T>
+      <<<static_cast<unsigned>(ceil_div(size, kThreads)), kThreads, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+// (No double instances: the plan never takes double, whose sums would spill.)
+#define FUSED_OPS_INSTANTIATE_GRAM(T)                                                             \
+  template size_t gram_weight_grad_workspace_bytes<T>(                                            \
+      const conv::Conv3dGroupNormMeanBackwardParams&, const conv::GramWeightGradPlan&);           \
+  template cudaError_t gram_weight_grad_launch<T>(const conv::Conv3dGroupNormMeanBackwardParams&, \
+                                                  const conv::GramWeightGradPlan&, const void*,   \
+                                                  const void*, void*, cudaStream_t);
+FUSED_OPS_INSTANTIATE_GRAM(float)
+FUSED_OPS_INSTANTIATE_GRAM(__half)
+FUSED_OPS_INSTANTIATE_GRAM(__nv_bfloat16)
+#undef FUSED_OPS_INSTANTIATE_GRAM
+
+}  // namespace gpu
+}  // namespace fused_ops
