@@ -379,6 +379,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
        i += static_cast<int>(blockDim.x)) {
     reinterpret_cast<float4*>(windows)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
+  __syncthreads();  // (before any thread's copies land in them)
   stage_window<T, kC>(a, piece_work(plan, k), windows);
   for (int it = 0; k < units; k += static_cast<int>(gridDim.x), ++it) {
     const PieceWork w = piece_work(plan, k);
@@ -595,14 +596,19 @@ __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs 
 
 // blockIdx: x the launch's item, y its input channel b. Sc[(b, k)] = the sum of xe[b] over box
 // k of the padded input (its positions [k * dilation, k * dilation + out) per dim): a lane per
-// position along W, each warp every 8th row (d, h), adding the row's value into the boxes along
-// D and H that hold the row (at most 9); then, in double and a fixed order, the warps' sums per
-// lane and the lanes of each box along W.
+// position along W, each of 32 warps every 32nd row (d, h), adding the row's value into the boxes
+// along D and H that hold the row (at most 9); then, in double and a fixed order, the warps' sums
+// per lane and the lanes of each box along W.
+constexpr int kWindowSumWarps = 32;
+
 template <typename T>
-__global__ void __launch_bounds__(kThreads) gram_window_sums_kernel(const GramArgs a) {
+__global__ void __launch_bounds__(kWindowSumWarps* kWarpSize)
+    gram_window_sums_kernel(const GramArgs a) {
   using acc_t = typename ScalarOps<T>::acc_t;
   constexpr int kTaps = static_cast<int>(conv::kGramMaxTaps);
-  __shared__ float rows_s[kWarpsPerBlock][kTaps * kTaps][kLanes];
+  constexpr int kWarps = kWindowSumWarps;
+  constexpr int kBlock = kWarps * kWarpSize;
+  __shared__ float rows_s[kWarps][kTaps * kTaps][kLanes];
   __shared__ double lanes_s[kTaps * kTaps][kLanes];
   const conv::GramWeightGradPlan& plan = a.plan;
   const conv::Conv3dShape& s = a.p.conv;
@@ -627,11 +633,11 @@ __global__ void __launch_bounds__(kThreads) gram_window_sums_kernel(const GramAr
   // bound otherwise: one block per (item, channel), under a wave).
   constexpr int kRowsInFlight = 4;
   const int total_rows = static_cast<int>(plan.E[0]) * EH;
-  for (int r0 = warp; r0 < total_rows; r0 += kRowsInFlight * kWarpsPerBlock) {
+  for (int r0 = warp; r0 < total_rows; r0 += kRowsInFlight * kWarps) {
     float v[kRowsInFlight];
 #pragma unroll
     for (int u = 0; u < kRowsInFlight; ++u) {
-      const int r = r0 + u * kWarpsPerBlock;
+      const int r = r0 + u * kWarps;
       const int xd = r / EH - pad_d, xh = r % EH - pad_h;
       const bool inside =
           r < total_rows && xd >= 0 && xd < D && xh >= 0 && xh < H && xw >= 0 && xw < W;
@@ -639,7 +645,7 @@ __global__ void __launch_bounds__(kThreads) gram_window_sums_kernel(const GramAr
     }
 #pragma unroll
     for (int u = 0; u < kRowsInFlight; ++u) {
-      const int r = r0 + u * kWarpsPerBlock;
+      const int r = r0 + u * kWarps;
       const int pd = r / EH, ph = r % EH;
       const float value = r < total_rows && lane < EW ? v[u] - mu : 0.0f;
 #pragma unroll
@@ -661,9 +667,9 @@ __global__ void __launch_bounds__(kThreads) gram_window_sums_kernel(const GramAr
     }
   }
   __syncthreads();
-  for (int i = static_cast<int>(threadIdx.x); i < kTaps * kTaps * kLanes; i += kThreads) {
+  for (int i = static_cast<int>(threadIdx.x); i < kTaps * kTaps * kLanes; i += kBlock) {
     double total = 0.0;
-    for (int w = 0; w < kWarpsPerBlock; ++w) {
+    for (int w = 0; w < kWarps; ++w) {
       total += static_cast<double>(rows_s[w][i / kLanes][i % kLanes]);
     }
     lanes_s[i / kLanes][i % kLanes] = total;
@@ -867,8 +873,8 @@ cudaError_t gram_weight_grad_launch(const conv::Conv3dGroupNormMeanBackwardParam
                            kThreads, 0, stream>>>(args);
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     gram_window_sums_kernel<T>
-        <<<dim3(static_cast<unsigned>(count), static_cast<unsigned>(plan.c_in_g)), kThreads, 0,
-           stream>>>(args);
+        <<<dim3(static_cast<unsigned>(count), static_cast<unsigned>(plan.c_in_g)),
+           kWindowSumWarps * kWarpSize, 0, stream>>>(args);
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     gram_item_grads_kernel<T>
         <<<dim3(static_cast<unsigned>(count),
