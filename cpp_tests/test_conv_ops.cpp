@@ -451,19 +451,20 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
     CHECK(plan.class_hi[1][2] == 30);
     // Every H-class but the middle one is an edge class.
     CHECK(plan.edge_classes == 4);
-    // Bulk pieces: 2 planes x 32 rows, each D-class's planes apart (1 + 1 + 10 + 1 + 1); edge
+    // Bulk pieces: 4 planes x 32 rows, each D-class's planes apart (1 + 1 + 5 + 1 + 1); edge
     // pieces: one chunk per D-class and edge class.
-    CHECK(plan.bulk_planes == 2);
+    CHECK(plan.bulk_planes == 4);
     CHECK(plan.bulk_rows == 32);
-    CHECK(plan.bulk_pieces == 14);
-    CHECK(plan.pieces == 14 + 5 * 4);
+    CHECK(plan.bulk_pieces == 9);
+    CHECK(plan.pieces == 9 + 5 * 4);
     CHECK(plan.warps == 13);  // the lags (dd, dw) with dd > 0, or dd = 0 and dw >= 0
     // Totals and 4 edge lanes per (a, b, dh) of each warp.
     CHECK(plan.piece_floats == 13 * 3 * 3 * 5 * 5);
     CHECK(plan.items_per_launch * plan.pieces * plan.piece_floats * 4 <=
           static_cast<int64_t>(conv::kGramPartialBytes));
-    CHECK(plan.items_per_launch == 32);  // 4 launches of 32 (42 fit in the bound)
-    // A bulk piece's window: 3 channels x (2 + 4) planes x (32 + 4) rows x (32 + 2 x 4) floats.
+    CHECK(plan.items_per_launch == 43);  // 3 launches of 43 (49 fit in the bound)
+    // A bulk piece's window: 3 channels x (4 + 2) planes x (32 + 4) rows x (32 + 2 x 4) floats
+    // (along D the lags reach above the piece only), two of them in 227 KB.
     CHECK(plan.whole_rows);
     CHECK(plan.smem_bytes == 3 * 6 * 36 * 40 * 4);
   }
@@ -479,7 +480,11 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
       stride1_shape({2, 3, 6, 5, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
       stride1_shape({2, 2, 9, 8, 12}, 12, {3, 3, 3}, {1, 2, 0}, {2, 2, 3}, 1),
       stride1_shape({3, 3, 5, 6, 7}, 8, {2, 1, 3}, {1, 0, 1}, {1, 1, 1}, 1),
-      stride1_shape({48, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({56, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({3, 1, 15, 10, 30}, 6, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({2, 2, 6, 7, 9}, 8, {2, 2, 1}, {0, 1, 0}, {1, 1, 1}, 1),
+      stride1_shape({2, 3, 4, 6, 12}, 6, {1, 3, 2}, {0, 1, 0}, {1, 1, 9}, 1),
+      stride1_shape({2, 1, 4, 5, 32}, 4, {1, 2, 3}, {0, 0, 0}, {1, 1, 1}, 1),
   };
   for (const auto& s : inside) {
     const conv::GramWeightGradPlan plan =
@@ -494,8 +499,8 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
         CHECK(plan.class_lo[d][c] == plan.class_hi[d][c - 1]);
       }
     }
-    if (s.N == 48 && s.D == 24) {  // "two-launches": 48 items in two launches of 24
-      CHECK(plan.items_per_launch == 24);
+    if (s.N == 56 && s.D == 24) {  // "two-launches": 56 items in two launches of 28
+      CHECK(plan.items_per_launch == 28);
     }
   }
   conv::Conv3dShape strided = headline;
@@ -507,6 +512,8 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
       stride1_shape({3, 1, 15, 10, 33}, 6, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
       stride1_shape({2, 3, 9, 9, 30}, 24, {3, 3, 3}, {0, 0, 2}, {1, 1, 1}, 1),
       stride1_shape({2, 3, 9, 9, 9}, 24, {4, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      // Rows of 32 + 2 x 20 floats, more than the 2 warps of a (1, 3, 2) kernel spread over.
+      stride1_shape({1, 3, 4, 6, 30}, 6, {1, 3, 2}, {0, 0, 0}, {1, 1, 17}, 1),
   };
   for (const auto& s : outside) {
     CHECK_FALSE(

@@ -597,6 +597,13 @@ inline std::vector<ConvCase> conv3d_cases() {
     c.num_groups = 8;
     cases.push_back(c);
   }
+  {
+    // One input channel, kernel (1, 2, 3), rows of 32 floats: the CUDA Gram weight gradient's
+    // 16-byte row copies, one lag along D, two taps along H.
+    ConvCase c{"1 input channel, kernel (1, 2, 3), W 32", {2, 1, 4, 5, 32}, 4, {1, 2, 3}};
+    c.num_groups = 2;
+    cases.push_back(c);
+  }
   return cases;
 }
 

@@ -236,7 +236,8 @@ def test_backward_lag_input_gradient(name, dtype, monkeypatch):
 # checks which plans take them): the lag cases (those with more than 3 input channels per
 # group or a padded W past 32 fall back to the recomputing kernel), a W of exactly 32 lanes,
 # thin classes (dilation 2 along D and H: classes of two planes or rows), kernels of 1 and 2
-# taps, and 48 samples of the headline's size (two launches of the pieces' sums).
+# taps, 1 input channel, kernels of one tap along D or W, fewer output columns than the W lags'
+# reach, and 56 samples of the headline's size (two launches of the pieces' sums).
 GRAM_CASES = {
     **LAG_CASES,
     "full-width": dict(input_shape=(2, 3, 6, 5, 32), out_channels=24, kernel_size=3, num_groups=8),
@@ -256,7 +257,29 @@ GRAM_CASES = {
         padding=(1, 0, 1),
     ),
     "two-launches": dict(
-        input_shape=(48, 3, 24, 32, 32), out_channels=24, kernel_size=3, num_groups=8
+        input_shape=(56, 3, 24, 32, 32), out_channels=24, kernel_size=3, num_groups=8
+    ),
+    "one-channel-narrow": dict(
+        input_shape=(3, 1, 15, 10, 30), out_channels=6, kernel_size=3, num_groups=2
+    ),
+    "kernel-2x2x1": dict(
+        input_shape=(2, 2, 6, 7, 9),
+        out_channels=8,
+        kernel_size=(2, 2, 1),
+        num_groups=4,
+        padding=(0, 1, 0),
+    ),
+    # Wo = 3 output columns, fewer than the W lags' reach (9): lanes that are both kinds of edge.
+    "wide-lag-narrow-output": dict(
+        input_shape=(2, 3, 4, 6, 12),
+        out_channels=6,
+        kernel_size=(1, 3, 2),
+        num_groups=3,
+        padding=(0, 1, 0),
+        dilation=(1, 1, 9),
+    ),
+    "one-channel-whole-rows": dict(
+        input_shape=(2, 1, 4, 5, 32), out_channels=4, kernel_size=(1, 2, 3), num_groups=2
     ),
 }
 

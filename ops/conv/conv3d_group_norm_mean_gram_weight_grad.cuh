@@ -13,10 +13,12 @@
 namespace fused_ops {
 namespace gpu {
 
-// The plan for p on the current device; unsupported where p wants no weight gradient or the
-// environment sets FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD=0 (the recomputing tile kernel then
-// computes it, for comparisons).
+// The plan for p on the current device; unsupported where p wants no weight gradient.
 conv::GramWeightGradPlan gram_weight_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p);
+
+// False where the environment sets FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD=0: the recomputing tile
+// kernel then computes the weight gradient (for comparisons). Read per call.
+bool gram_weight_grad_enabled();
 
 template <typename T>
 size_t gram_weight_grad_workspace_bytes(const conv::Conv3dGroupNormMeanBackwardParams& p,

@@ -6,11 +6,13 @@
 // 1. gram_lag_sums_kernel: a persistent grid (a block per SM) walks the launch's (item, piece)
 //    units, two windows in shared memory (the next unit's copies in flight while this one's
 //    products run). A warp per lag (dd, dw) along D and W of one half (dd > 0, or dd = 0 and
-//    dw >= 0: R is symmetric; (kD - 1) x (2kW - 1) + kW warps: 13 at k = 3, up to 128
-//    registers each), a lane per position of the padded input's W (<= 32). The window holds
+//    dw >= 0: R is symmetric; (kD - 1) x (2kW - 1) + kW warps: 13 at k = 3, so that a thread
+//    may hold its 45 sums and 15 ring values without spilling, where 25 warps left it 72
+//    registers), a lane per position of the padded input's W (<= 32). The window holds
 //    xe = x - mu (-mu in the padding, 0 past it) for every input channel of the group, the
-//    piece's planes and rows with the lags' reach, each row in zero margins the W lags reach
-//    (16-byte copies of whole rows where the input's rows are the 32 positions). Each lane walks
+//    piece's planes and rows with the lags' reach (along D above the piece only), each row in
+//    zero margins the W lags reach (16-byte copies of whole rows where the input's rows are
+//    the 32 positions). Each lane walks
 //    its column down the rows keeping the b rows of the 2kH - 1 lags dh in registers (a ring),
 //    so that per row it loads c_in_g values xe[a, p] and c_in_g values xe[b, p + (dd, kH - 1,
 //    dw)] and adds c_in_g^2 x (2kH - 1) products to float sums (headline: 45 multiply-adds per
@@ -23,9 +25,8 @@
 //    it; and R's mirror entry. gram_window_sums_kernel, a block per (item, input channel): Sc,
 //    the sums of xe over each tap's box. gram_item_grads_kernel, a block per item and 8 output
 //    channels: the item's share of the weight gradient (the identity), in double.
-// 3. gram_weight_grad_kernel: dweight = the items' shares summed over the samples in order.
-// Measured (H100, headline, 2026-11-26; benchmarks/h100-2026-11-26-gram-weight-grad): see the
-// notes there for each step.
+// 3. gram_sample_sum_kernel: dweight = the items' shares summed over the samples in order.
+// (Each step's measurements: benchmarks/h100-2026-11-26-gram-weight-grad/notes.txt.)
 // No atomics: every sum has a fixed order; results are deterministic.
 #include "common/cuda/device_info.cuh"
 #include "common/cuda/launch_utils.cuh"
@@ -161,7 +162,9 @@ __device__ __forceinline__ void warp_transpose_sums(float (&v)[kM * kWarpSize], 
 struct PieceWork {
   int item_local, piece;
   Piece pc;
-  int planes, rows;  // its window's (the piece's with the lags' reach)
+  // Its window's planes and rows: the piece's with the lags' reach (along D only above it: the
+  // lags dd are >= 0, lag_of_warp), [kC][planes][rows][plan.row_floats].
+  int planes, rows;
 };
 
 __device__ inline PieceWork piece_work(const conv::GramWeightGradPlan& plan, int k) {
@@ -169,27 +172,28 @@ __device__ inline PieceWork piece_work(const conv::GramWeightGradPlan& plan, int
   w.item_local = k / static_cast<int>(plan.pieces);
   w.piece = k % static_cast<int>(plan.pieces);
   w.pc = piece_of(plan, w.piece);
-  w.planes = w.pc.d1 - w.pc.d0 + 2 * static_cast<int>(plan.reach[0]);
+  w.planes = w.pc.d1 - w.pc.d0 + static_cast<int>(plan.reach[0]);
   w.rows = w.pc.h1 - w.pc.h0 + 2 * static_cast<int>(plan.reach[1]);
   return w;
 }
 
-// Calls f(b, plane, j, col, index) for the window elements this thread handles, with few
-// instructions each: a fixed column col = tid % row_floats of rows r = tid / row_floats + k *
-// slots (slots = blockDim / row_floats rows at a time), r = (b, plane, j) stepped along.
+// Calls f(b, plane, j, col, r) for the window rows r = (b, plane, j) and columns col (of
+// `width` per row: floats, or 16-byte chunks) this thread handles, with few instructions each:
+// a fixed column col = tid % width of rows tid / width + k * slots (slots = blockDim / width
+// rows at a time; the plan keeps width <= blockDim).
 template <typename F>
-__device__ __forceinline__ void for_window_elements(int channels, int planes, int rows,
-                                                    int row_floats, F&& f) {
-  const int slots = static_cast<int>(blockDim.x) / row_floats;
-  const int slot = static_cast<int>(threadIdx.x) / row_floats;
+__device__ __forceinline__ void for_window_rows(int channels, int planes, int rows, int width,
+                                                F&& f) {
+  const int slots = static_cast<int>(blockDim.x) / width;
+  const int slot = static_cast<int>(threadIdx.x) / width;
   if (slot >= slots) {
     return;
   }
-  const int col = static_cast<int>(threadIdx.x) % row_floats;
+  const int col = static_cast<int>(threadIdx.x) % width;
   const int total_rows = channels * planes * rows;
   int j = slot % rows, plane = slot / rows % planes, b = slot / (rows * planes);
   for (int r = slot; r < total_rows; r += slots) {
-    f(b, plane, j, col, r * row_floats + col);
+    f(b, plane, j, col, r);
     j += slots;
     while (j >= rows) {
       j -= rows;
@@ -201,33 +205,21 @@ __device__ __forceinline__ void for_window_elements(int channels, int planes, in
   }
 }
 
-// Calls f(b, plane, j, chunk, row) for the 16-byte chunks of window rows this thread handles
-// (whole_rows: 8 chunks per row, 8 threads per row, blockDim / 8 rows at a time).
-template <typename F>
-__device__ __forceinline__ void for_window_chunks(int channels, int planes, int rows, F&& f) {
-  constexpr int kChunks = kLanes / 4;
-  const int slots = static_cast<int>(blockDim.x) / kChunks;
-  const int slot = static_cast<int>(threadIdx.x) / kChunks;
-  const int chunk = static_cast<int>(threadIdx.x) % kChunks;
-  const int total_rows = channels * planes * rows;
-  int j = slot % rows, plane = slot / rows % planes, b = slot / (rows * planes);
-  for (int r = slot; r < total_rows; r += slots) {
-    f(b, plane, j, chunk, r);
-    j += slots;
-    while (j >= rows) {
-      j -= rows;
-      if (++plane == planes) {
-        plane = 0;
-        ++b;
-      }
-    }
+// mu[b] for a b known only at run time, from registers.
+template <int kC>
+__device__ __forceinline__ float mu_of(const float (&mu)[kC], int b) {
+  float m = mu[0];
+#pragma unroll
+  for (int i = 1; i < kC; ++i) {
+    m = b == i ? mu[i] : m;
   }
+  return m;
 }
 
-// The window of a piece, [kC][planes][rows][row_floats]: xe = x - mu at padded (d0 - reach_d +
-// plane, h0 - reach_h + j, col - reach_w) inside the padded input (-mu in the padding), 0
-// past it. float32: x by asynchronous copies (zero-filled outside the input), centred by
-// centre_window once they landed; other types through registers, centred here.
+// The window of a piece: xe = x - mu at padded (d0 + plane, h0 - reach_h + j, col - margin)
+// inside the padded input (-mu in the padding), 0 past it. float32: x by asynchronous copies
+// (zero-filled outside the input; 16 bytes each where whole_rows), centred by centre_window
+// once they landed; other types through registers, centred here.
 template <typename T, int kC>
 __device__ __forceinline__ void stage_window(const GramArgs& a, const PieceWork& w, float* window) {
   const conv::GramWeightGradPlan& plan = a.plan;
@@ -235,62 +227,57 @@ __device__ __forceinline__ void stage_window(const GramArgs& a, const PieceWork&
   const int64_t item = a.item0 + w.item_local;
   const int64_t n = item / s.groups, g = item % s.groups;
   const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);
-  const int margin = static_cast<int>(plan.margin);
-  const int d_first = w.pc.d0 - static_cast<int>(plan.reach[0]);
-  const int h_first = w.pc.h0 - static_cast<int>(plan.reach[1]);
-  const int pad_d = static_cast<int>(s.padding[0]), pad_h = static_cast<int>(s.padding[1]),
-            pad_w = static_cast<int>(s.padding[2]);
-  const int ED = static_cast<int>(plan.E[0]), EH = static_cast<int>(plan.E[1]),
-            EW = static_cast<int>(plan.E[2]);
+  const int row_floats = static_cast<int>(plan.row_floats), margin = static_cast<int>(plan.margin);
+  // Window (plane, j, col) to input (plane + xd0, j + xh0, col + xw0).
+  const int xd0 = w.pc.d0 - static_cast<int>(s.padding[0]);
+  const int xh0 = w.pc.h0 - static_cast<int>(plan.reach[1]) - static_cast<int>(s.padding[1]);
+  const int xw0 = -margin - static_cast<int>(s.padding[2]);
   const T* x = static_cast<const T*>(a.p.x) + (n * s.C_in + g * kC) * s.D * s.H * s.W;
-  const float* mu = static_cast<const float*>(a.mu) + n * s.C_in + g * kC;
+  const auto source = [&](int b, int xd, int xh, int xw, bool inside) {
+    return x + (inside ? (static_cast<int64_t>(b) * D + xd) * H * W + xh * W + xw : 0);
+  };
   if constexpr (std::is_same_v<T, float>) {
-    if (a.whole_rows) {  // a row: 8 copies of 16 bytes, zero-filled outside the input
-      const int row_floats = static_cast<int>(plan.row_floats);
-      for_window_chunks(kC, w.planes, w.rows, [&](int b, int plane, int j, int chunk, int r) {
-        const int xd = d_first + plane - pad_d, xh = h_first + j - pad_h;
-        const bool inside = xd >= 0 && xd < D && xh >= 0 && xh < H;
-        const float* src =
-            x + (inside ? ((static_cast<int64_t>(b) * D + xd) * H + xh) * kLanes + 4 * chunk : 0);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-        const unsigned to = static_cast<unsigned>(
-            __cvta_generic_to_shared(window + r * row_floats + margin + 4 * chunk));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src),
-                     "r"(inside ? 16 : 0));
-#else
-        *reinterpret_cast<float4*>(window + r * row_floats + margin + 4 * chunk) =
-            inside ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
-#endif
-      });
-      return;
+    if (a.whole_rows) {  // a row: 8 copies of 16 bytes
+      for_window_rows(kC, w.planes, w.rows, kLanes / 4,
+                      [&](int b, int plane, int j, int chunk, int r) {
+                        const int xd = xd0 + plane, xh = xh0 + j;
+                        const bool inside = xd >= 0 && xd < D && xh >= 0 && xh < H;
+                        cp_async_16(window + r * row_floats + margin + 4 * chunk,
+                                    source(b, xd, xh, 4 * chunk, inside), inside);
+                      });
+    } else {
+      for_window_rows(
+          kC, w.planes, w.rows, row_floats, [&](int b, int plane, int j, int col, int r) {
+            const int xd = xd0 + plane, xh = xh0 + j, xw = xw0 + col;
+            const bool inside = xd >= 0 && xd < D && xh >= 0 && xh < H && xw >= 0 && xw < W;
+            cp_async_4(window + r * row_floats + col, source(b, xd, xh, xw, inside), inside);
+          });
     }
+  } else {
+    const float* mu_item = static_cast<const float*>(a.mu) + n * s.C_in + g * kC;
+    float mu[kC];
+#pragma unroll
+    for (int i = 0; i < kC; ++i) {
+      mu[i] = mu_item[i];
+    }
+    const int ED = static_cast<int>(plan.E[0]), EH = static_cast<int>(plan.E[1]),
+              EW = static_cast<int>(plan.E[2]);
+    const int pad_d = static_cast<int>(s.padding[0]), pad_h = static_cast<int>(s.padding[1]),
+              pad_w = static_cast<int>(s.padding[2]);
+    for_window_rows(kC, w.planes, w.rows, row_floats, [&](int b, int plane, int j, int col, int r) {
+      const int xd = xd0 + plane, xh = xh0 + j, xw = xw0 + col;
+      const bool inside = xd >= 0 && xd < D && xh >= 0 && xh < H && xw >= 0 && xw < W;
+      const bool in_e = xd + pad_d < ED && xh + pad_h >= 0 && xh + pad_h < EH && xw + pad_w >= 0 &&
+                        xw + pad_w < EW;
+      const float v = inside ? ScalarOps<T>::to_acc(*source(b, xd, xh, xw, inside)) : 0.0f;
+      window[r * row_floats + col] = in_e ? v - mu_of<kC>(mu, b) : 0.0f;
+    });
   }
-  for_window_elements(
-      kC, w.planes, w.rows, static_cast<int>(plan.row_floats),
-      [&](int b, int plane, int j, int col, int index) {
-        const int xd = d_first + plane - pad_d, xh = h_first + j - pad_h, xw = col - margin - pad_w;
-        const bool inside = xd >= 0 && xd < D && xh >= 0 && xh < H && xw >= 0 && xw < W;
-        const T* src = x + (inside ? (static_cast<int64_t>(b) * D + xd) * H * W + xh * W + xw : 0);
-        if constexpr (std::is_same_v<T, float>) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-          const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(window + index));
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src),
-                       "r"(inside ? 4 : 0));
-#else
-          window[index] = inside ? *src : 0.0f;
-#endif
-        } else {
-          const int pd = xd + pad_d, ph = xh + pad_h, pw = xw + pad_w;
-          const bool in_e = pd >= 0 && pd < ED && ph >= 0 && ph < EH && pw >= 0 && pw < EW;
-          const float v = inside ? ScalarOps<T>::to_acc(*src) : 0.0f;
-          window[index] = in_e ? v - mu[b] : 0.0f;
-        }
-      });
 }
 
 // float32: xe = x - mu in place where stage_window's copies landed inside the padded input:
-// each thread the elements it copied, after its copies completed (cp_async_wait_all), before
-// the barrier that publishes the window.
+// each thread the elements it copied (the same walk), after its copies completed
+// (cp_async_wait_all), before the barrier that publishes the window.
 template <int kC>
 __device__ __forceinline__ void centre_window(const GramArgs& a, const PieceWork& w,
                                               float* window) {
@@ -304,41 +291,30 @@ __device__ __forceinline__ void centre_window(const GramArgs& a, const PieceWork
   for (int i = 0; i < kC; ++i) {
     mu[i] = mu_item[i];
   }
-  const int margin = static_cast<int>(plan.margin);
+  const int row_floats = static_cast<int>(plan.row_floats), margin = static_cast<int>(plan.margin);
   const int ED = static_cast<int>(plan.E[0]), EH = static_cast<int>(plan.E[1]),
             EW = static_cast<int>(plan.E[2]);
-  const int d_first = w.pc.d0 - static_cast<int>(plan.reach[0]);
   const int h_first = w.pc.h0 - static_cast<int>(plan.reach[1]);
-  if (a.whole_rows) {  // every position of a row inside the padded input is
-    const int row_floats = static_cast<int>(plan.row_floats);
-    for_window_chunks(kC, w.planes, w.rows, [&](int b, int plane, int j, int chunk, int r) {
-      const int pd = d_first + plane, ph = h_first + j;
-      if (pd >= 0 && pd < ED && ph >= 0 && ph < EH) {
-        float m = mu[0];
-#pragma unroll
-        for (int i = 1; i < kC; ++i) {
-          m = b == i ? mu[i] : m;
-        }
-        float4* v = reinterpret_cast<float4*>(window + r * row_floats + margin + 4 * chunk);
-        float4 x = *v;
-        x.x -= m, x.y -= m, x.z -= m, x.w -= m;
-        *v = x;
-      }
-    });
+  if (a.whole_rows) {  // every position of a row inside the padded input is inside it
+    for_window_rows(
+        kC, w.planes, w.rows, kLanes / 4, [&](int b, int plane, int j, int chunk, int r) {
+          const int pd = w.pc.d0 + plane, ph = h_first + j;
+          if (pd < ED && ph >= 0 && ph < EH) {
+            const float m = mu_of<kC>(mu, b);
+            float4* v = reinterpret_cast<float4*>(window + r * row_floats + margin + 4 * chunk);
+            float4 x = *v;
+            x.x -= m, x.y -= m, x.z -= m, x.w -= m;
+            *v = x;
+          }
+        });
     return;
   }
-  for_window_elements(kC, w.planes, w.rows, static_cast<int>(plan.row_floats),
-                      [&](int b, int plane, int j, int col, int index) {
-                        const int pd = d_first + plane, ph = h_first + j, pw = col - margin;
-                        if (pd >= 0 && pd < ED && ph >= 0 && ph < EH && pw >= 0 && pw < EW) {
-                          float m = mu[0];
-#pragma unroll
-                          for (int i = 1; i < kC; ++i) {
-                            m = b == i ? mu[i] : m;
-                          }
-                          window[index] -= m;
-                        }
-                      });
+  for_window_rows(kC, w.planes, w.rows, row_floats, [&](int b, int plane, int j, int col, int r) {
+    const int pd = w.pc.d0 + plane, ph = h_first + j, pw = col - margin;
+    if (pd < ED && ph >= 0 && ph < EH && pw >= 0 && pw < EW) {
+      window[r * row_floats + col] -= mu_of<kC>(mu, b);
+    }
+  });
 }
 
 // A persistent grid: block b takes the launch's (item, piece) units b, b + grid, ... with two
@@ -373,13 +349,15 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   if (k >= units) {
     return;
   }
-  // Both windows start as zeros: the margins the W lags reach are never written (the 16-byte
-  // copies of whole_rows write the 32 positions of a row; the other copies whole rows).
-  for (int i = static_cast<int>(threadIdx.x); i < window_floats / 2;
-       i += static_cast<int>(blockDim.x)) {
-    reinterpret_cast<float4*>(windows)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (a.whole_rows) {
+    // Both windows start as zeros: the 16-byte copies write the 32 positions of a row, never
+    // the margins the W lags reach (the other copies write whole rows).
+    for (int i = static_cast<int>(threadIdx.x); i < window_floats / 2;
+         i += static_cast<int>(blockDim.x)) {
+      reinterpret_cast<float4*>(windows)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    __syncthreads();  // (before any thread's copies land in them)
   }
-  __syncthreads();  // (before any thread's copies land in them)
   stage_window<T, kC>(a, piece_work(plan, k), windows);
   for (int it = 0; k < units; k += static_cast<int>(gridDim.x), ++it) {
     const PieceWork w = piece_work(plan, k);
@@ -411,7 +389,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       }
     }
     const int piece_rows = w.pc.h1 - w.pc.h0;
-    for (int d = reach_d; d < w.planes - reach_d; ++d) {
+    for (int d = 0; d < w.planes - reach_d; ++d) {
       // Rows h = phase + t * dilation (t = 0, 1, ...) of each phase: their lags along H are
       // rows of the same phase, whose b values the ring holds.
       for (int phase = 0; phase < min(dil_h, piece_rows); ++phase) {
@@ -754,7 +732,7 @@ __global__ void __launch_bounds__(kThreads) gram_item_grads_kernel(const GramArg
 // 3. dweight: the items' shares, over n in order.
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) gram_weight_grad_kernel(const GramArgs a) {
+__global__ void __launch_bounds__(kThreads) gram_sample_sum_kernel(const GramArgs a) {
   const conv::Conv3dShape& s = a.p.conv;
   const int64_t J = a.plan.c_in_g * s.kD * s.kH * s.kW;
   const int64_t per_group = a.plan.c_out_g * J;
@@ -817,15 +795,15 @@ GramWorkspace carve_gram(const conv::Conv3dGroupNormMeanBackwardParams& p,
   return ws;
 }
 
+}  // namespace
+
 bool gram_weight_grad_enabled() {
   const char* setting = std::getenv("FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD");
   return setting == nullptr || std::strcmp(setting, "0") != 0;
 }
 
-}  // namespace
-
 conv::GramWeightGradPlan gram_weight_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p) {
-  if (p.dweight == nullptr || !gram_weight_grad_enabled()) {
+  if (p.dweight == nullptr) {
     return {};
   }
   return conv::plan_conv3d_group_norm_mean_gram_weight_grad(p.conv, p.dtype,
@@ -858,6 +836,10 @@ cudaError_t gram_weight_grad_launch(const conv::Conv3dGroupNormMeanBackwardParam
   FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(gram_item_grads_kernel<T>,
                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       static_cast<int>(plan.finalize_smem_bytes)));
+  const int64_t size = s.C_out * plan.c_in_g * s.kD * s.kH * s.kW;
+  if (!grid_fits(ceil_div(size, kThreads))) {
+    return cudaErrorInvalidConfiguration;
+  }
   const int64_t items = s.N * s.groups;
   const unsigned threads = static_cast<unsigned>(plan.warps * kWarpSize);
   for (int64_t item0 = 0; item0 < items; item0 += plan.items_per_launch) {
@@ -882,11 +864,7 @@ cudaError_t gram_weight_grad_launch(const conv::Conv3dGroupNormMeanBackwardParam
            kThreads, plan.finalize_smem_bytes, stream>>>(args);
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
   }
-  const int64_t size = s.C_out * plan.c_in_g * s.kD * s.kH * s.kW;
-  if (!grid_fits(ceil_div(size, kThreads))) {
-    return cudaErrorInvalidConfiguration;
-  }
-  gram_weight_grad_kernel<T>
+  gram_sample_sum_kernel<T>
       <<<static_cast<unsigned>(ceil_div(size, kThreads)), kThreads, 0, stream>>>(args);
   return cudaGetLastError();
 }

@@ -745,6 +745,7 @@ struct BackwardRoutes {
   explicit BackwardRoutes(const conv::Conv3dGroupNormMeanBackwardParams& p) : tile(p) {
     if constexpr (!std::is_same_v<T, double>) {
       gram = gram_weight_grad_plan(p);
+      gram.supported = gram.supported && gram_weight_grad_enabled();
     }
     lag = lag_input_grad_plan(p, /*weight_grad_elsewhere=*/gram.supported);
     lag.supported = lag.supported && lag_input_grad_enabled();

@@ -453,11 +453,44 @@ GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShap
       edge_rows = std::max<int64_t>(edge_rows, plan.class_hi[1][c] - plan.class_lo[1][c]);
     }
   }
-  // Bulk pieces of ~64 rows (two planes of 32 at the headline), edge pieces of up to 32 planes.
+  // Bulk pieces of ~128 rows (four planes of 32 at the headline: a piece's copies, flush and
+  // barrier amortised over more rows), fewer where two windows would not fit; edge pieces of
+  // up to 32 planes.
   plan.bulk_rows = std::min<int64_t>(plan.E[1], 32);
-  plan.bulk_planes = std::max<int64_t>(1, 64 / plan.bulk_rows);
+  plan.bulk_planes = std::max<int64_t>(1, 128 / plan.bulk_rows);
   plan.h_chunks = ceil_div(plan.E[1], plan.bulk_rows);
   plan.edge_planes = 32;
+  plan.warps = (k[0] - 1) * (2 * k[2] - 1) + k[2];
+  const int64_t values = plan.c_in_g * plan.c_in_g * (2 * k[1] - 1);
+  const int64_t edge_lanes = 2 * plan.reach[2];
+  plan.piece_floats = plan.warps * values * (1 + edge_lanes);
+  plan.margin = ceil_div(plan.reach[2], 4) * 4;
+  plan.row_floats = kGramMaxWidth + 2 * plan.margin;
+  plan.whole_rows = s.padding[2] == 0 && s.W == kGramMaxWidth;
+  if (plan.row_floats > plan.warps * kGramMaxWidth) {
+    return plan;  // (a window row's columns are spread over the block's threads)
+  }
+  // The window of a piece: its planes and rows with the lags' reach (along D above it only:
+  // the kernel's lags dd are >= 0), a row of row_floats per (plane, row).
+  const auto window = [&](int64_t planes, int64_t rows) {
+    return static_cast<size_t>(plan.c_in_g * (planes + plan.reach[0]) * (rows + 2 * plan.reach[1]) *
+                               plan.row_floats) *
+           sizeof(float);
+  };
+  int64_t class_planes = 0;  // a piece never spans more than its D-class's planes
+  for (int64_t c = 0; c < plan.classes[0]; ++c) {
+    class_planes = std::max<int64_t>(class_planes, plan.class_hi[0][c] - plan.class_lo[0][c]);
+  }
+  // (The sums kernel keeps two windows: the next piece's copies overlap this one's products.)
+  while (plan.bulk_planes > 1 &&
+         2 * window(std::min(plan.bulk_planes, class_planes), plan.bulk_rows) > smem_limit) {
+    plan.bulk_planes /= 2;
+  }
+  plan.smem_bytes = window(std::min(plan.bulk_planes, class_planes), plan.bulk_rows);
+  if (plan.edge_classes > 0) {
+    plan.smem_bytes =
+        std::max(plan.smem_bytes, window(std::min(plan.edge_planes, class_planes), edge_rows));
+  }
   for (int64_t c = 0; c < plan.classes[0]; ++c) {
     const int64_t planes = plan.class_hi[0][c] - plan.class_lo[0][c];
     plan.d_chunk_begin[c + 1] =
@@ -468,32 +501,9 @@ GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShap
   plan.bulk_pieces = plan.d_chunk_begin[plan.classes[0]] * plan.h_chunks;
   plan.pieces = plan.bulk_pieces + plan.edge_chunk_begin[plan.classes[0]] * plan.edge_classes;
   // (units = items x pieces per launch are counted in 32 bits: checked below.)
-  plan.warps = (k[0] - 1) * (2 * k[2] - 1) + k[2];
-  const int64_t values = plan.c_in_g * plan.c_in_g * (2 * k[1] - 1);
-  const int64_t edge_lanes = 2 * plan.reach[2];
-  plan.piece_floats = plan.warps * values * (1 + edge_lanes);
-  plan.margin = ceil_div(plan.reach[2], 4) * 4;
-  plan.row_floats = kGramMaxWidth + 2 * plan.margin;
-  plan.whole_rows = s.padding[2] == 0 && s.W == kGramMaxWidth;
-  // The window of a piece: its planes and rows with every lag's reach, a row per (plane, row).
-  const auto window = [&](int64_t planes, int64_t rows) {
-    return static_cast<size_t>(plan.c_in_g * (planes + 2 * plan.reach[0]) *
-                               (rows + 2 * plan.reach[1]) * plan.row_floats) *
-           sizeof(float);
-  };
-  int64_t class_planes = 0;  // a piece never spans more than its D-class's planes
-  for (int64_t c = 0; c < plan.classes[0]; ++c) {
-    class_planes = std::max<int64_t>(class_planes, plan.class_hi[0][c] - plan.class_lo[0][c]);
-  }
-  plan.smem_bytes = window(std::min(plan.bulk_planes, class_planes), plan.bulk_rows);
-  if (plan.edge_classes > 0) {
-    plan.smem_bytes =
-        std::max(plan.smem_bytes, window(std::min(plan.edge_planes, class_planes), edge_rows));
-  }
   const int64_t J = plan.c_in_g * k[0] * k[1] * k[2];
   plan.finalize_smem_bytes =
       static_cast<size_t>(J * J + 2 * J + kGramGradChannels * (J + 2)) * sizeof(double);
-  // (The sums kernel keeps two windows: the next piece's copies overlap this one's products.)
   if (2 * plan.smem_bytes > smem_limit || plan.finalize_smem_bytes > smem_limit) {
     return plan;
   }
@@ -503,7 +513,8 @@ GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShap
       std::max<int64_t>(1, static_cast<int64_t>(kGramPartialBytes) / item_bytes), 65535);
   plan.items_per_launch = ceil_div(items, ceil_div(items, most));
   constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
-  if (s.D * s.H * s.W > kMax32 || s.N * s.C_in > kMax32 || plan.pieces > kMax32 ||
+  if (s.D * s.H * s.W > kMax32 || plan.E[0] * plan.E[1] * plan.E[2] > kMax32 ||
+      s.N * s.C_in > kMax32 || plan.pieces > kMax32 ||
       plan.items_per_launch * plan.pieces * plan.piece_floats > kMax32 ||
       plan.items_per_launch * plan.pieces > kMax32) {
     return plan;

@@ -99,21 +99,37 @@ __device__ __forceinline__ void load_input_box(const T* __restrict__ sample, acc
   });
 }
 
+// One asynchronous copy of 4 (16) bytes from global src to shared dst, zero-filled where
+// `inside` is false (src is then not read, but must be a valid address); where cp.async is not
+// available (before sm_80), a plain load and store.
+__device__ __forceinline__ void cp_async_4(float* dst, const float* src, bool inside) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
+                   static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(inside ? 4 : 0));
+#else
+  *dst = inside ? *src : 0.0f;
+#endif
+}
+__device__ __forceinline__ void cp_async_16(float* dst, const float* src, bool inside) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(inside ? 16 : 0));
+#else
+  *reinterpret_cast<float4*>(dst) =
+      inside ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+#endif
+}
+
 // A float box into x_s by asynchronous copies (cp.async, zero-filled outside the input): every
 // load of a warp is in flight at once, none waits in a register for its store. The caller
 // waits (cp_async_wait_all) before the barrier that publishes x_s.
 __device__ __forceinline__ void load_input_box_async(const float* __restrict__ sample, float* x_s,
                                                      const conv::Conv3dShape& s,
                                                      const InputBox& box) {
-  walk_input_box(sample, s, box, [&](int i, const float* src, bool inside) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(x_s + i));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(inside ? 4 : 0));
-#else
-    x_s[i] = inside ? *src : 0.0f;
-#endif
-  });
+  walk_input_box(sample, s, box,
+                 [&](int i, const float* src, bool inside) { cp_async_4(x_s + i, src, inside); });
 }
 
 // The same where every box row is a whole input row, 16-byte aligned: FW == W, iw0 == 0, W a
@@ -150,15 +166,7 @@ __device__ __forceinline__ void load_full_input_rows_async(const float* __restri
     const float* src = inside ? sample + (static_cast<int64_t>(ci) * D + id) * H * W +
                                     static_cast<int64_t>(ih) * W + 4 * v
                               : sample;
-    float* const dst_row = x_s + box.row_start(ci, fd, fh);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(dst_row + 4 * v));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(inside ? 16 : 0));
-#else
-    const float4 value = inside ? *reinterpret_cast<const float4*>(src) : make_float4(0, 0, 0, 0);
-    *reinterpret_cast<float4*>(dst_row + 4 * v) = value;
-#endif
+    cp_async_16(x_s + box.row_start(ci, fd, fh) + 4 * v, src, inside);
     advance_box_row(ci, fd, fh, step, box);
   }
 }
@@ -214,15 +222,7 @@ struct FullRowCopies {
       const bool inside = static_cast<unsigned>(box.id0 + row.z) < static_cast<unsigned>(D) &&
                           static_cast<unsigned>(box.ih0 + row.w) < static_cast<unsigned>(H);
       const float* src = inside ? sample + (corner + row.y) : sample;
-      float* const dst = x_s + row.x + 4 * vector;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                       static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-                   "l"(src), "r"(inside ? 16 : 0));
-#else
-      *reinterpret_cast<float4*>(dst) =
-          inside ? *reinterpret_cast<const float4*>(src) : make_float4(0, 0, 0, 0);
-#endif
+      cp_async_16(x_s + row.x + 4 * vector, src, inside);
     }
   }
 };

@@ -292,22 +292,23 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
 //                    + e[c] * (Sc[j] + S * mu[j]),
 //   R[j', j] = sum over outputs s of xe(col_s)[j'] * xe(col_s)[j],  Sc[j] = sum_s xe(col_s)[j],
 //   e[c] = gamma[c] + alpha[c] * (sum_j' w[c, j'] * mu[j'] - m0[c])
-// (S outputs per sample; the lag input gradient's E constant). R[(a, k1), (b, k2)] is a sum of
-// xe[a, p] * xe[b, p + (k2 - k1) * dilation] over the positions p of a box of the padded input
-// (per dim [k1 * dilation, k1 * dilation + out)): the lag products, c_in_g^2 * (2k - 1)^3 per
-// input position (1125 at the headline; the recomputing kernel's weight gradient takes the
-// convolution, 1944 per output, plus its halo, and then 1944 more). The boxes' borders cut each
-// dim of the padded input into at most 2k - 1 intervals ("classes"); a block sums the lag
-// products of a piece of rows (one D-class, all of W on the lanes) and writes per lag the
+// (S outputs per sample; e is the per-channel constant of the lag input gradient's E[a, k]).
+// R[(a, k1), (b, k2)] is a sum of xe[a, p] * xe[b, p + (k2 - k1) * dilation] over the positions
+// p of a box of the padded input (per dim [k1 * dilation, k1 * dilation + out)): the lag
+// products, c_in_g^2 * (2k - 1)^3 per input position (1125 at the headline), of which the
+// kernel computes one half, 585 (R is symmetric), where the recomputing kernel's weight
+// gradient takes the convolution, 1944 per output, plus its halo, and then 1944 more. The boxes'
+// borders cut each dim of the padded input into at most 2k - 1 intervals ("classes"); a block sums
+// the lag products of a piece of rows (one D-class, all of W on the lanes) and writes per lag the
 // total over the lanes and the values of the lanes some box along W leaves out; the finalize
 // adds the pieces of each box in double: along D the classes inside the box, along H all rows
 // minus the H-classes outside it ("edge" pieces), so that only the pieces of thin border
 // classes need their own sums. Family: stride 1, k <= 3 per dim, C_in/groups <= 3, the padded
 // input's W at most 32 (a lane per position), float32, float16 or bfloat16 (float sums per
-// piece, double across pieces). Checked in float64 first (a prototype over paddings,
-// dilations and mixed kernel sizes: equal to 1e-15), then by the tests. Where it takes the
-// weight gradient, the lag input gradient takes the input gradient (if in its family), and
-// the recomputing tile kernel does not run.
+// piece and lane, or per lane over a warp's rows for the window sums; double across them).
+// Checked in float64 first (a prototype over paddings, dilations and mixed kernel sizes: equal
+// to 1e-15), then by the tests. Where it takes the weight gradient, the recomputing tile
+// kernel runs only for an input gradient outside the lag kernels' family (or with them off).
 constexpr int64_t kGramMaxTaps = 3;
 constexpr int64_t kGramMaxInputChannels = 3;
 constexpr int64_t kGramMaxWidth = 32;                      // the padded input's W: the lanes
