@@ -12,13 +12,12 @@
 //    xe = x - mu (-mu in the padding, 0 past it) for every input channel of the group, the
 //    piece's planes and rows with the lags' reach (along D above the piece only), each row in
 //    zero margins the W lags reach (16-byte copies of whole rows where the input's rows are
-//    the 32 positions). Each lane walks
-//    its column down the rows keeping the b rows of the 2kH - 1 lags dh in registers (a ring),
-//    so that per row it loads c_in_g values xe[a, p] and c_in_g values xe[b, p + (dd, kH - 1,
-//    dw)] and adds c_in_g^2 x (2kH - 1) products to float sums (headline: 45 multiply-adds per
-//    6 shared loads). At the piece's end a warp writes per (a, b, dh) its lanes' total
-//    (recursive halving: 62 shuffles for the 45 totals) and the values of its edge lanes, those
-//    some box along W leaves out.
+//    the 32 positions). Each lane walks its column down the rows keeping the b rows of the
+//    2kH - 1 lags dh in registers (a ring), so that per row it loads c_in_g values xe[a, p] and
+//    c_in_g values xe[b, p + (dd, kH - 1, dw)] and adds c_in_g^2 x (2kH - 1) products to float
+//    sums (headline: 45 multiply-adds per 6 shared loads). At the piece's end a warp writes per
+//    (a, b, dh) its lanes' total (recursive halving: 62 shuffles for the 45 totals) and the
+//    values of its edge lanes, those some box along W leaves out.
 // 2. gram_box_sums_kernel: a thread per total and W-box k1w: R per box, in double and a fixed
 //    order: along W the total minus the edge lanes outside the box, along D the pieces of the
 //    classes inside the box, along H all of them minus the edge pieces of the H-classes outside
