@@ -217,15 +217,25 @@ def test_backward_lag_input_gradient(name, dtype, monkeypatch):
     (FUSED_OPS_CONV3D_LAG_INPUT_GRAD=0; float64 runs it either way), on torch.rand inputs with
     a large common offset (the tables act on x minus its mean: the offset must not cost
     accuracy)."""
+    _check_with_kernels_on_and_off(
+        LAG_CASES[name], dtype, "FUSED_OPS_CONV3D_LAG_INPUT_GRAD", monkeypatch, frozen_weight=True
+    )
+
+
+def _check_with_kernels_on_and_off(case, dtype, switch, monkeypatch, frozen_weight=False):
+    """The gradients of `case` (a conv weight that needs none where frozen_weight) against
+    float64, with the kernels the environment variable `switch` turns off on ("1"), then off
+    ("0"), on torch.rand inputs plus a large common offset."""
     torch.manual_seed(0)
-    args = conv3d_args(**LAG_CASES[name], dtype=dtype, device="cuda", requires_grad=True)
-    args[1].requires_grad_(False)
+    args = conv3d_args(**case, dtype=dtype, device="cuda", requires_grad=True)
+    if frozen_weight:
+        args[1].requires_grad_(False)
     with torch.no_grad():
         args[0].uniform_(0.0, 1.0).add_(8.0)
     rtol, atol = TOLERANCE[dtype]
     grad_rtol, grad_atol = GRAD_TOLERANCE[dtype]
     for setting in ("1", "0"):
-        monkeypatch.setenv("FUSED_OPS_CONV3D_LAG_INPUT_GRAD", setting)
+        monkeypatch.setenv(switch, setting)
         assert fused_ops.dispatch_path(OP, *args) == "onepass"
         check_against_reference(
             OP, args, rtol=rtol, atol=atol, grad_rtol=grad_rtol, grad_atol=grad_atol
@@ -292,18 +302,9 @@ def test_backward_gram_weight_gradient(name, dtype, monkeypatch):
     input gradient from the lag tables where they take the problem), then from the recomputing
     kernel (FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD=0; float64 runs it either way), on torch.rand
     inputs with a large common offset (the sums act on x minus its mean)."""
-    torch.manual_seed(0)
-    args = conv3d_args(**GRAM_CASES[name], dtype=dtype, device="cuda", requires_grad=True)
-    with torch.no_grad():
-        args[0].uniform_(0.0, 1.0).add_(8.0)
-    rtol, atol = TOLERANCE[dtype]
-    grad_rtol, grad_atol = GRAD_TOLERANCE[dtype]
-    for setting in ("1", "0"):
-        monkeypatch.setenv("FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD", setting)
-        assert fused_ops.dispatch_path(OP, *args) == "onepass"
-        check_against_reference(
-            OP, args, rtol=rtol, atol=atol, grad_rtol=grad_rtol, grad_atol=grad_atol
-        )
+    _check_with_kernels_on_and_off(
+        GRAM_CASES[name], dtype, "FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD", monkeypatch
+    )
 
 
 @requires_cuda

@@ -35,8 +35,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -215,6 +213,20 @@ __device__ __forceinline__ float mu_of(const float (&mu)[kC], int b) {
   return m;
 }
 
+// The item's mu[b] (x's mean per input channel of its conv group) into registers.
+template <int kC>
+__device__ __forceinline__ void load_item_mu(const GramArgs& a, const PieceWork& w,
+                                             float (&mu)[kC]) {
+  const conv::Conv3dShape& s = a.p.conv;
+  const int64_t item = a.item0 + w.item_local;
+  const float* mu_item =
+      static_cast<const float*>(a.mu) + item / s.groups * s.C_in + item % s.groups * kC;
+#pragma unroll
+  for (int i = 0; i < kC; ++i) {
+    mu[i] = mu_item[i];
+  }
+}
+
 // The window of a piece: xe = x - mu at padded (d0 + plane, h0 - reach_h + j, col - margin)
 // inside the padded input (-mu in the padding), 0 past it. float32: x by asynchronous copies
 // (zero-filled outside the input; 16 bytes each where whole_rows), centred by centre_window
@@ -253,12 +265,8 @@ __device__ __forceinline__ void stage_window(const GramArgs& a, const PieceWork&
           });
     }
   } else {
-    const float* mu_item = static_cast<const float*>(a.mu) + n * s.C_in + g * kC;
     float mu[kC];
-#pragma unroll
-    for (int i = 0; i < kC; ++i) {
-      mu[i] = mu_item[i];
-    }
+    load_item_mu<kC>(a, w, mu);
     const int ED = static_cast<int>(plan.E[0]), EH = static_cast<int>(plan.E[1]),
               EW = static_cast<int>(plan.E[2]);
     const int pad_d = static_cast<int>(s.padding[0]), pad_h = static_cast<int>(s.padding[1]),
@@ -281,15 +289,8 @@ template <int kC>
 __device__ __forceinline__ void centre_window(const GramArgs& a, const PieceWork& w,
                                               float* window) {
   const conv::GramWeightGradPlan& plan = a.plan;
-  const conv::Conv3dShape& s = a.p.conv;
-  const int64_t item = a.item0 + w.item_local;
-  const int64_t n = item / s.groups, g = item % s.groups;
-  const float* mu_item = static_cast<const float*>(a.mu) + n * s.C_in + g * kC;
   float mu[kC];
-#pragma unroll
-  for (int i = 0; i < kC; ++i) {
-    mu[i] = mu_item[i];
-  }
+  load_item_mu<kC>(a, w, mu);
   const int row_floats = static_cast<int>(plan.row_floats), margin = static_cast<int>(plan.margin);
   const int ED = static_cast<int>(plan.E[0]), EH = static_cast<int>(plan.E[1]),
             EW = static_cast<int>(plan.E[2]);
@@ -796,10 +797,7 @@ GramWorkspace carve_gram(const conv::Conv3dGroupNormMeanBackwardParams& p,
 
 }  // namespace
 
-bool gram_weight_grad_enabled() {
-  const char* setting = std::getenv("FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD");
-  return setting == nullptr || std::strcmp(setting, "0") != 0;
-}
+bool gram_weight_grad_enabled() { return !env_switch_off("FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD"); }
 
 conv::GramWeightGradPlan gram_weight_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p) {
   if (p.dweight == nullptr) {

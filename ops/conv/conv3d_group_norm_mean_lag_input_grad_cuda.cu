@@ -33,8 +33,6 @@
 #include "conv/conv_input_box.cuh"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 namespace fused_ops {
 namespace gpu {
@@ -542,10 +540,7 @@ LagWorkspace carve_lag(const conv::Conv3dGroupNormMeanBackwardParams& p,
 
 }  // namespace
 
-bool lag_input_grad_enabled() {
-  const char* setting = std::getenv("FUSED_OPS_CONV3D_LAG_INPUT_GRAD");
-  return setting == nullptr || std::strcmp(setting, "0") != 0;
-}
+bool lag_input_grad_enabled() { return !env_switch_off("FUSED_OPS_CONV3D_LAG_INPUT_GRAD"); }
 
 conv::LagInputGradPlan lag_input_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p,
                                            bool weight_grad_elsewhere) {

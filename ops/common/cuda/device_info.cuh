@@ -61,6 +61,13 @@ __global__ void sm90a_image_probe_kernel(int* out) {
 #endif
 }
 
+// Whether the environment variable `name` is "0": the switches that turn a kernel family off,
+// for comparisons (read when asked: a test may change them between calls).
+inline bool env_switch_off(const char* name) {
+  const char* setting = std::getenv(name);
+  return setting != nullptr && std::strcmp(setting, "0") == 0;
+}
+
 // Whether the current device runs the sm_90a image (Hopper's arch-specific instructions: wgmma)
 // of the file that defines `probe`, a kernel whose sm_90a image holds static shared memory and
 // whose other images hold none (read without a launch: cudaFuncGetAttributes): a device of
@@ -100,9 +107,7 @@ class Sm90aImageQuery {
           cudaGetLastError();  // (a failed query leaves its error behind; clear only that one)
         }
       }
-      const char* env = std::getenv(disable_env_);
-      const bool disabled = env != nullptr && std::strcmp(env, "0") == 0;
-      cache_[device] = image && !disabled ? 1 : 0;
+      cache_[device] = image && !env_switch_off(disable_env_) ? 1 : 0;
     }
     return cache_[device] == 1;
   }
