@@ -127,7 +127,6 @@ def main() -> int:
                     [True, False] if device == "cuda" and dtype == torch.float32 else [True]
                 ):
                     for dist in ("rand", "randn"):
-                        grad = args.grad and dtype == torch.float32 and not headline
                         rows += run_case(
                             cls_name,
                             init,
@@ -136,7 +135,7 @@ def main() -> int:
                             tf32,
                             dist,
                             device,
-                            grad or (args.grad and headline and dist == "rand"),
+                            args.grad and dtype == torch.float32,
                         )
     header = (
         f"{'model':<29} {'shape':<22} {'dev':<4} {'dtype':<8} {'tf32':<5} {'input':<5} "

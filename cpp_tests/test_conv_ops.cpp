@@ -526,31 +526,88 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
   using fused_ops::ScalarKind;
   namespace conv = fused_ops::conv;
   constexpr size_t kSmem = 227 * 1024;  // an H100's opt-in shared memory per block
+  constexpr int64_t kH100 = 132;        // its multiprocessors
+  const auto plan_for = [&](const conv::Conv3dShape& s, int64_t num_groups, ScalarKind dtype,
+                            int64_t multiprocessors) {
+    return conv::plan_conv3d_group_norm_mean_lag_input_grad(s, num_groups, dtype, kSmem,
+                                                            multiprocessors);
+  };
   // The headline: 5 tap ranges per dim ({0}, {0,1}, {0,1,2}, {1,2}, {2}); D in 3 columns of 8.
   const conv::Conv3dShape headline =
       stride1_shape({128, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1);
   // float64 stays on the recomputing kernel (the lag kernel's double registers spill).
-  CHECK_FALSE(conv::plan_conv3d_group_norm_mean_lag_input_grad(headline, ScalarKind::kDouble, kSmem)
-                  .supported);
+  CHECK_FALSE(plan_for(headline, 8, ScalarKind::kDouble, kH100).supported);
+  // GroupNorm's groups must divide the channels.
+  CHECK_FALSE(plan_for(headline, 7, ScalarKind::kFloat, kH100).supported);
   for (const ScalarKind dtype : {ScalarKind::kFloat, ScalarKind::kHalf, ScalarKind::kBFloat16}) {
-    const conv::LagInputGradPlan plan =
-        conv::plan_conv3d_group_norm_mean_lag_input_grad(headline, dtype, kSmem);
+    const conv::LagInputGradPlan plan = plan_for(headline, 8, dtype, kH100);
     REQUIRE(plan.supported);
     CHECK(plan.patterns[0] == 5);
     CHECK(plan.patterns[1] == 5);
     CHECK(plan.patterns[2] == 5);
     CHECK(plan.d_tiles == 3);
     CHECK(plan.row == 16);  // 5 lags x 3 channels, padded to 4
-    CHECK(plan.table_elems == 125 * (3 * 5 * 5 * 16) + 125 * 4);
-    // Tables (float) and Q, E (double, 81 x 81 + 81) of 32 items take at most 20 MiB: 4
-    // launches of 32.
-    CHECK(plan.items_per_chunk == 32);
-    CHECK(plan.items_per_chunk * (plan.table_elems * 4 + (81 * 81 + 81) * 8) <=
+    CHECK(plan.table_elems == 125 * (3 * 5 * 5 * 16));
+    // 8 segments (one per GroupNorm group) for 128 items: their tables, built once, take
+    // 8 x (81 x 81 + table_elems) doubles.
+    CHECK(plan.segment_tables);
+    CHECK(plan.segments_per_group == 8);
+    CHECK(8 * (81 * 81 + plan.table_elems) * 8 <=
+          static_cast<int64_t>(conv::kLagSegmentTableBytes));
+    // An item's tables (float) take at most 20 MiB a launch: 34 items. Without the device's
+    // size, 4 launches of 32; on an H100 (12 blocks per item, 2 resident per multiprocessor,
+    // 132 multiprocessors) 22 items fill one wave: 6 launches of one wave each, not 4 of two.
+    CHECK(plan_for(headline, 8, dtype, 0).items_per_chunk == 32);
+    CHECK(plan.items_per_chunk == 22);
+    CHECK(plan.items_per_chunk * plan.table_elems * 4 <=
           static_cast<int64_t>(conv::kLagTableBytes));
     // The footprint leaves shared memory for three blocks per SM (registers allow two).
     CHECK(plan.smem_bytes * 3 <= 228 * 1024);
   }
-  // python_tests/test_conv3d_onepass.py's LAG_CASES are in the family.
+  // Segment tables where they are fewer than the items and fit; else each item's own.
+  {
+    // 2 items, 8 segments.
+    const conv::Conv3dShape two =
+        stride1_shape({2, 3, 8, 9, 10}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1);
+    CHECK_FALSE(plan_for(two, 8, ScalarKind::kFloat, kH100).segment_tables);
+    CHECK(plan_for(two, 1, ScalarKind::kFloat, kH100).segment_tables);  // 1 segment
+    // 16 segments of the headline's size take over 16 MiB.
+    const conv::Conv3dShape wide =
+        stride1_shape({128, 3, 24, 32, 32}, 48, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1);
+    const conv::LagInputGradPlan plan = plan_for(wide, 16, ScalarKind::kFloat, kH100);
+    REQUIRE(plan.supported);
+    CHECK_FALSE(plan.segment_tables);
+    CHECK(plan_for(wide, 8, ScalarKind::kFloat, kH100).segment_tables);
+    // Conv groups whose channels straddle GroupNorm groups: 2 conv groups of 6 channels,
+    // GroupNorm groups of 4 (0-3, 4-7, 8-11): each conv group meets 2.
+    const conv::Conv3dShape straddling =
+        stride1_shape({12, 2, 6, 7, 9}, 12, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 2);
+    const conv::LagInputGradPlan split = plan_for(straddling, 3, ScalarKind::kFloat, kH100);
+    REQUIRE(split.supported);
+    CHECK(split.segment_tables);
+    CHECK(split.segments_per_group == 2);
+    // GroupNorm groups of 3 within conv groups of 6: 2 each.
+    CHECK(plan_for(straddling, 4, ScalarKind::kFloat, kH100).segments_per_group == 2);
+    // 242 items (121 samples x 2 conv groups) of 25000-float tables: at most 209 a launch; on
+    // an H100, two launches of 121, the second starting at conv group 1 (python_tests'
+    // "odd-chunks-groups").
+    const conv::Conv3dShape odd =
+        stride1_shape({121, 2, 6, 6, 6}, 12, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 2);
+    const conv::LagInputGradPlan halves = plan_for(odd, 3, ScalarKind::kFloat, kH100);
+    REQUIRE(halves.supported);
+    CHECK(halves.segment_tables);
+    CHECK(halves.table_elems == 125 * 25 * 8);
+    CHECK(halves.items_per_chunk == 121);
+    // 24 segments of one channel each for 32 items (python_tests' "many-segments").
+    const conv::Conv3dShape many =
+        stride1_shape({32, 1, 7, 5, 6}, 24, {3, 1, 1}, {0, 0, 0}, {1, 1, 1}, 1);
+    const conv::LagInputGradPlan thin = plan_for(many, 24, ScalarKind::kFloat, kH100);
+    REQUIRE(thin.supported);
+    CHECK(thin.segment_tables);
+    CHECK(thin.segments_per_group == 24);
+  }
+  // python_tests/test_conv3d_onepass.py's LAG_CASES are in the family (planned with 2
+  // GroupNorm groups here: which tables they take is checked above).
   const conv::Conv3dShape cases[] = {
       stride1_shape({2, 3, 8, 9, 10}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
       stride1_shape({2, 3, 7, 9, 11}, 24, {3, 3, 3}, {2, 1, 3}, {1, 2, 2}, 1),
@@ -560,13 +617,13 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
       stride1_shape({2, 2, 4, 6, 9}, 16, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
       stride1_shape({2, 2, 5, 6, 9}, 16, {3, 3, 3}, {1, 0, 2}, {1, 1, 1}, 1),
       stride1_shape({40, 3, 6, 6, 6}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({12, 2, 6, 7, 9}, 12, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 2),
       // test_cuda.cpp's
       stride1_shape({2, 3, 11, 9, 34}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
       stride1_shape({1, 2, 4, 6, 9}, 16, {3, 2, 3}, {1, 1, 0}, {1, 1, 1}, 1),
   };
   for (const auto& s : cases) {
-    const conv::LagInputGradPlan plan =
-        conv::plan_conv3d_group_norm_mean_lag_input_grad(s, ScalarKind::kFloat, kSmem);
+    const conv::LagInputGradPlan plan = plan_for(s, 2, ScalarKind::kFloat, kH100);
     INFO("x (" << s.N << ", " << s.C_in << ", " << s.D << ", " << s.H << ", " << s.W << ")");
     REQUIRE(plan.supported);
     // D's columns: of 8, then 4, 2, 1.
@@ -589,7 +646,6 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
       stride1_shape({2, 4, 9, 9, 9}, 8, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
   };
   for (const auto& s : outside) {
-    CHECK_FALSE(
-        conv::plan_conv3d_group_norm_mean_lag_input_grad(s, ScalarKind::kFloat, kSmem).supported);
+    CHECK_FALSE(plan_for(s, 2, ScalarKind::kFloat, kH100).supported);
   }
 }

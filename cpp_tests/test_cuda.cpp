@@ -427,8 +427,9 @@ TEST_CASE("CUDA: conv3d_group_norm_mean's input gradient without the weight's (l
   // A frozen conv weight: in float32 the backward takes the input gradient from the lag
   // tables (conv3d_group_norm_mean_lag_input_grad_cuda.cu; cpp_tests/test_conv_ops.cpp checks
   // these shapes' plans), in float64 (outside their family) from the recomputing kernel. D of
-  // 4 (both correction pairs in one column), 11 (columns 8, 2, 1) and padding; inputs with a
-  // large common offset. Against the float64 CPU reference.
+  // 4 (both correction pairs in one column), 11 (columns 8, 2, 1) and padding; tables of each
+  // sample's own and combined from per-segment ones (conv groups straddling GroupNorm groups);
+  // inputs with a large common offset. Against the float64 CPU reference.
   std::vector<ConvCase> cases;
   cases.push_back(ConvCase{"k3, 3 -> 24", {2, 3, 11, 9, 34}, 24, {3, 3, 3}});
   {
@@ -438,6 +439,19 @@ TEST_CASE("CUDA: conv3d_group_norm_mean's input gradient without the weight's (l
   }
   for (auto& c : cases) {
     c.num_groups = 4;
+  }
+  {
+    // 12 samples, 2 conv groups of 6 channels, GroupNorm groups of 4: 2 segments each.
+    ConvCase c{"k3, padding 1, 2 -> 12 in 2 conv groups, 3 GroupNorm groups, N 12",
+               {12, 2, 6, 7, 9},
+               12,
+               {3, 3, 3}};
+    c.padding = {1, 1, 1};
+    c.groups = 2;
+    c.num_groups = 3;
+    cases.push_back(c);
+  }
+  for (const auto& c : cases) {
     for (const auto dtype : {at::kFloat, at::kDouble}) {
       INFO(c.name << ", " << dtype_name(dtype));
       const ConvParams p = random_conv_params(c, false, /*input_offset=*/8.0);

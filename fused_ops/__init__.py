@@ -162,7 +162,7 @@ def split_tf32_conv_kernel(device: Union[str, torch.device, None] = None) -> str
 
 def onepass_products_kernel(device: Union[str, torch.device, None] = None) -> str:
     """Which instructions run the float32 products of ``conv3d_group_norm_mean``'s one-pass
-    forward (the ``"onepass"`` path of ``dispatch_path`` without autograd) on ``device``
+    forward (the ``"onepass"`` path of ``dispatch_path``, with autograd or without) on ``device``
     (default: the current CUDA device): ``"wgmma"`` (Hopper's warpgroup tensor-core
     instructions, compute capability 9.0, unless the environment variable
     ``FUSED_OPS_ONEPASS_WGMMA=0`` is set before the first call), ``"mma_sync"`` (other GPUs of

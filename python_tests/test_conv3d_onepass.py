@@ -200,10 +200,31 @@ LAG_CASES = {
         input_shape=(3, 1, 15, 10, 33), out_channels=6, kernel_size=3, num_groups=2
     ),
     "thin-d": dict(input_shape=(2, 2, 4, 6, 9), out_channels=16, kernel_size=3, num_groups=4),
-    # 40 samples' tables take two launches (at most 32 a launch at C_in/groups = 3, k = 3).
+    # 40 samples' tables take two launches (at most 34 a launch at C_in/groups = 3, k = 3).
     "two-chunks": dict(input_shape=(40, 3, 6, 6, 6), out_channels=24, kernel_size=3, num_groups=8),
     "thin-d-padded": dict(
         input_shape=(2, 2, 5, 6, 9), out_channels=16, kernel_size=3, num_groups=4, padding=(1, 0, 2)
+    ),
+    # Tables combined from per-segment ones (fewer segments than samples), conv groups of 6
+    # channels straddling GroupNorm groups of 4: 2 segments each.
+    "straddling-segments": dict(
+        input_shape=(12, 2, 6, 7, 9),
+        out_channels=12,
+        kernel_size=3,
+        num_groups=3,
+        groups=2,
+        padding=1,
+    ),
+    # Two launches of 121 items on an H100's 132 SMs (242 = 121 samples x 2 conv groups;
+    # cpp_tests checks the plan): the second starts at conv group 1, each conv group's tables
+    # combined from its 2 segments.
+    "odd-chunks-groups": dict(
+        input_shape=(121, 2, 6, 6, 6), out_channels=12, kernel_size=3, num_groups=3, groups=2
+    ),
+    # 24 one-channel segments (GroupNorm groups of 1) for 32 samples: the combination takes its
+    # segments' alphas in two rounds (16 at a time).
+    "many-segments": dict(
+        input_shape=(32, 1, 7, 5, 6), out_channels=24, kernel_size=(3, 1, 1), num_groups=24
     ),
 }
 

@@ -33,7 +33,6 @@ Conv3dGroupNormMeanParams onepass_params(const at::Tensor& input, const at::Tens
   params.conv = forward_conv3d_shape(input, weight.size(0), weight, p);
   params.num_groups = shapes.group_norm.G;
   params.eps = eps;
-  params.allow_tensor_cores = true;
   return params;
 }
 
@@ -92,13 +91,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> onepass_forward(
   return {out, mean, rstd, channel_mean};
 }
 
-// The forward of a training step: in float32 by the direct kernel (FFMA), whose statistics
-// match the backward's FFMA recomputation of the convolution (the backward's dy is
-// alpha * (y - channel mean) + gamma: a channel mean from other rounding than the recomputed
-// y leaves a constant error in dy that sums over every position, as measured on an H100:
-// weight gradient 2.6x eager's error with tensor-core statistics).
+// The forward of a training step: the inference one's kernels, with exact channel means (the
+// backward's dy is alpha * (y - channel mean) + gamma: an error in the channel mean is a
+// constant error in dy that sums over every position; measured on an H100, the tensor-core
+// moments' own mean gave the weight gradient 2.6x eager's error).
 Conv3dGroupNormMeanParams training_forward(Conv3dGroupNormMeanParams params) {
-  params.allow_tensor_cores = false;
+  params.exact_channel_means = true;
   return params;
 }
 

@@ -6,15 +6,20 @@
 //    and the Gram weight gradient): mu[n, ci], the input's mean per (sample, channel) (a block
 //    per row, in a fixed order), rounded to the accumulation type: the tables and the centred
 //    footprints use that one value.
-// 2. lag_products_kernel: per (sample, conv group) item of a chunk, in double, the group's
-//    Q = sum_c alpha[c] w[c] w[c]^T ((C_in/groups * k^3)^2 entries) and E[a, k] (blocks share
-//    an item's entries; the weights pass through shared memory 16 channels at a time).
-// 3. lag_tables_kernel: for every pattern P = (pd, ph, pw) of tap ranges and lag
-//    d = (dd, dh, dw) the table
+// 2. lag_constants_kernel (once, a block per (sample, conv group) item): in double, E[a, k] and
+//    the constants of every pattern P of tap ranges, sum over k in V(P) of E[a, k].
+//    lag_products_kernel: in double, Q = sum_c alpha[c] w[c] w[c]^T ((C_in/groups * k^3)^2
+//    entries) per item of a chunk; or, with segment tables (the plan's segment_tables), once
+//    per segment (a conv group's channels in one GroupNorm group, alpha constant) its
+//    Q_segment = sum_c w[c] w[c]^T (the weights pass through shared memory 16 channels at a
+//    time).
+// 3. lag_tables_kernel: for every pattern P and lag d = (dd, dh, dw) the table
 //      T[P][b][dh][dw][dd * c_in_g + a] = sum over taps k in V(P) with k + d a tap of
 //                                         Q[(a, k), (b, k + d)]
-//    and the constants sum over k in V(P) of E[a, k], in the accumulation type (a thread per
-//    row).
+//    (Q in shared memory, a thread per row and D lag): per item in the accumulation type, or once
+//    per segment in double. lag_combine_kernel then makes each item's tables the sum over its
+//    segments of alpha[n, segment] * T_segment, in double (linear in Q; at the headline 8
+//    segments' tables instead of 128 samples').
 // 4. lag_input_grad_kernel: a block per tile of 32 (W: lanes) x 8 (H: warps) x R (D) input
 //    positions: D cut into columns of 8 from 0, the rest into 4, 2, 1. The tile's centred
 //    footprint (c_in_g x (R + 4) x FH x FW) sits in shared memory; a thread keeps its column's
@@ -23,8 +28,8 @@
 //    same row for the whole warp unless its positions' tap ranges differ along W), then does
 //    R x 5 x c_in_g multiply-adds (headline: 8 x 5 x 3 = 120 per 12 shared and 4 global
 //    loads). The column's table is that of its middle plane's tap range along D; the first and
-//    last two planes, the only ones whose range can differ, add the difference of their own
-//    table's row where it does (the correction slots).
+//    last two planes, the only ones whose range can differ, take their own table's row where it
+//    does (the correction slots).
 // No atomics: every element is written once, by one thread, its sum in a fixed order.
 #include "common/cuda/device_info.cuh"
 #include "common/cuda/launch_utils.cuh"
@@ -33,6 +38,7 @@
 #include "conv/conv_input_box.cuh"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace fused_ops {
 namespace gpu {
@@ -43,9 +49,13 @@ struct LagArgs {
   conv::LagInputGradPlan plan;
   const void* coefficients;  // [N][C_out][3] of acc_t: alpha, m0, gamma
   const void* mu;            // [N][C_in] of acc_t
-  double* products;          // [items_per_chunk][K * K + K]: Q, then E
-  void* tables;              // [items_per_chunk][table_elems] of acc_t
-  int64_t item0;             // the chunk's first item: n * groups + conv group
+  // With segment tables: [groups][segments_per_group][K * K] (Q) and [...][table_elems].
+  double* segment_products;
+  double* segment_tables;
+  double* products;  // without them: [items_per_chunk][K * K], the chunk's items' Q
+  void* tables;      // [items_per_chunk][table_elems] of acc_t
+  void* constants;   // [N * groups][patterns][4] of acc_t
+  int64_t item0;     // the chunk's first item: n * groups + conv group
 };
 
 constexpr int kSpanMax = static_cast<int>(conv::kLagMaxSpan);
@@ -74,63 +84,86 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------------------------------
-// 2. Q and E.
+// 2. Q, E and the constants.
 
 constexpr int kProductChannels = 16;  // weights in shared memory at a time
 constexpr int kProductsPerThread = 2;
 constexpr int kMaxReduction = static_cast<int>(conv::kLagMaxInputChannels * conv::kLagMaxTaps *
                                                conv::kLagMaxTaps * conv::kLagMaxTaps);
 
-// Blocks per item for the products (each thread at most kProductsPerThread entries).
-inline int64_t product_splits(int64_t K) {
-  return ceil_div(K * K + K, static_cast<int64_t>(kThreads) * kProductsPerThread);
+// Q and E's index (a, k): a * taps + (kd * kH + kh) * kW + kw, K of them.
+inline int64_t lag_reduction(const conv::Conv3dShape& s, const conv::LagInputGradPlan& plan) {
+  return plan.c_in_g * s.kD * s.kH * s.kW;
 }
 
+// Blocks per source for Q's K * K entries (each thread at most kProductsPerThread).
+inline int64_t product_splits(int64_t K) {
+  return ceil_div(K * K, static_cast<int64_t>(kThreads) * kProductsPerThread);
+}
+
+// Segment `local` of conv group cg: its channels [begin, end) within the conv group (empty where
+// the conv group meets fewer GroupNorm groups than the most).
+struct Segment {
+  int begin, end;
+};
+__device__ __forceinline__ Segment lag_segment(const LagArgs& a, int64_t cg, int local) {
+  const int64_t c_out_g = a.plan.c_out_g;
+  const int64_t group_channels = a.p.conv.C_out / a.p.num_groups;
+  const int64_t first_channel = cg * c_out_g;
+  const int64_t g = first_channel / group_channels + local;
+  Segment seg;
+  seg.begin = static_cast<int>(max(g * group_channels - first_channel, int64_t{0}));
+  seg.end = static_cast<int>(min((g + 1) * group_channels - first_channel, c_out_g));
+  return seg;
+}
+
+// A conv group's weights [c_out_g][K] for channels [c0, c0 + nc) into w_s, in double.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) lag_products_kernel(const LagArgs a) {
+__device__ __forceinline__ void stage_weights(const T* w, int c0, int nc, int K,
+                                              double (*w_s)[kMaxReduction]) {
+  for (int i = threadIdx.x; i < nc * K; i += kThreads) {
+    w_s[i / K][i % K] = ScalarOps<T>::to_double(w[c0 * K + i]);
+  }
+}
+
+// Q of each source (blockIdx.x), to out + blockIdx.x * K * K: of the segments (their channels,
+// each weighted 1) or of the chunk's items (alpha-weighted). Blocks (blockIdx.y) share a
+// source's entries.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    lag_products_kernel(const LagArgs a, bool segments, double* out) {
   using acc_t = typename ScalarOps<T>::acc_t;
   const conv::Conv3dShape& s = a.p.conv;
   const int c_in_g = static_cast<int>(a.plan.c_in_g), c_out_g = static_cast<int>(a.plan.c_out_g);
-  const int taps = static_cast<int>(s.kD * s.kH * s.kW);
-  const int K = c_in_g * taps;  // (a, k) index: a * taps + (kd * kH + kh) * kW + kw
+  const int K = c_in_g * static_cast<int>(s.kD * s.kH * s.kW);
   __shared__ double w_s[kProductChannels][kMaxReduction];
-  __shared__ double alpha_s[kProductChannels], e_s[kProductChannels];
-  __shared__ double mu_s[conv::kLagMaxInputChannels];
+  __shared__ double alpha_s[kProductChannels];
 
-  const int64_t item = a.item0 + blockIdx.x;
-  const int64_t n = item / s.groups, g = item % s.groups;
-  const T* w = static_cast<const T*>(a.p.weight) + g * c_out_g * K;  // [c_out_g][K]
-  const acc_t* coef = static_cast<const acc_t*>(a.coefficients) + (n * s.C_out + g * c_out_g) * 3;
-  const acc_t* mu = static_cast<const acc_t*>(a.mu) + n * s.C_in + g * c_in_g;
-  if (threadIdx.x < c_in_g) {
-    mu_s[threadIdx.x] = static_cast<double>(mu[threadIdx.x]);
+  int64_t n = 0, g = 0;
+  int c_begin = 0, c_end = c_out_g;
+  if (segments) {
+    const int per_group = static_cast<int>(a.plan.segments_per_group);
+    g = blockIdx.x / per_group;
+    const Segment seg = lag_segment(a, g, static_cast<int>(blockIdx.x % per_group));
+    c_begin = seg.begin, c_end = seg.end;
+  } else {
+    const int64_t item = a.item0 + blockIdx.x;
+    n = item / s.groups, g = item % s.groups;
   }
-  // This thread's entries: Q's (i < K * K) and E's.
+  const T* w = static_cast<const T*>(a.p.weight) + g * c_out_g * K;
+  const acc_t* coef = static_cast<const acc_t*>(a.coefficients) + (n * s.C_out + g * c_out_g) * 3;
   const int first = static_cast<int>(blockIdx.y) * kThreads * kProductsPerThread + threadIdx.x;
   double sums[kProductsPerThread];
 #pragma unroll
   for (int e = 0; e < kProductsPerThread; ++e) {
     sums[e] = 0.0;
   }
-  for (int c0 = 0; c0 < c_out_g; c0 += kProductChannels) {
-    const int nc = min(kProductChannels, c_out_g - c0);
-    __syncthreads();  // mu_s written; the previous chunk is done with w_s
-    for (int i = threadIdx.x; i < nc * K; i += kThreads) {
-      w_s[i / K][i % K] = ScalarOps<T>::to_double(w[c0 * K + i]);
-    }
-    __syncthreads();
-    // e[c] = gamma + alpha * (nu - m0), nu = sum_{b, k} w[c, b, k] mu[b]: the constant part
-    // of dy[c] once y0 = conv(x - mu) + nu.
+  for (int c0 = c_begin; c0 < c_end; c0 += kProductChannels) {
+    const int nc = min(kProductChannels, c_end - c0);
+    __syncthreads();  // the previous chunk is done with w_s
+    stage_weights(w, c0, nc, K, w_s);
     if (threadIdx.x < nc) {
-      const int c = threadIdx.x;
-      double nu = 0.0;
-      for (int i = 0; i < K; ++i) {
-        nu += w_s[c][i] * mu_s[i / taps];
-      }
-      const double alpha = static_cast<double>(coef[3 * (c0 + c)]);
-      alpha_s[c] = alpha;
-      e_s[c] = static_cast<double>(coef[3 * (c0 + c) + 2]) +
-               alpha * (nu - static_cast<double>(coef[3 * (c0 + c) + 1]));
+      alpha_s[threadIdx.x] = segments ? 1.0 : static_cast<double>(coef[3 * (c0 + threadIdx.x)]);
     }
     __syncthreads();
 #pragma unroll
@@ -141,25 +174,18 @@ __global__ void __launch_bounds__(kThreads) lag_products_kernel(const LagArgs a)
         for (int c = 0; c < nc; ++c) {
           sums[e] += alpha_s[c] * w_s[c][r] * w_s[c][q];
         }
-      } else if (i < K * K + K) {
-        for (int c = 0; c < nc; ++c) {
-          sums[e] += w_s[c][i - K * K] * e_s[c];
-        }
       }
     }
   }
-  double* out = a.products + static_cast<int64_t>(blockIdx.x) * (K * K + K);
+  double* dst = out + static_cast<int64_t>(blockIdx.x) * K * K;
 #pragma unroll
   for (int e = 0; e < kProductsPerThread; ++e) {
     const int i = first + e * kThreads;
-    if (i < K * K + K) {
-      out[i] = sums[e];
+    if (i < K * K) {
+      dst[i] = sums[e];
     }
   }
 }
-
-// ---------------------------------------------------------------------------------------
-// 3. The tables.
 
 // Pattern `pattern`'s tap range along each dim.
 struct PatternRanges {
@@ -180,74 +206,203 @@ __device__ __forceinline__ PatternRanges pattern_ranges(const conv::LagInputGrad
   return r;
 }
 
-// A thread per table row (pattern, b, dh, dw) or per pattern's constants; an item's rows spread
-// over blocks.
+// Every item's constants [pattern][4]: sum over k in V(pattern) of E[a, k], with
+//   E[a, k] = sum_c w[c, a, k] * e[c],  e[c] = gamma[c] + alpha[c] * (nu[c] - m0[c]),
+//   nu[c] = sum_{b, k'} w[c, b, k'] mu[b]
+// (the constant part of dy[c] once y0 = conv(x - mu) + nu), in double; a block per item.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) lag_tables_kernel(const LagArgs a) {
+__global__ void __launch_bounds__(kThreads) lag_constants_kernel(const LagArgs a) {
   using acc_t = typename ScalarOps<T>::acc_t;
+  const conv::Conv3dShape& s = a.p.conv;
+  const conv::LagInputGradPlan& plan = a.plan;
+  const int c_in_g = static_cast<int>(plan.c_in_g), c_out_g = static_cast<int>(plan.c_out_g);
+  const int kH = static_cast<int>(s.kH), kW = static_cast<int>(s.kW);
+  const int taps = static_cast<int>(s.kD) * kH * kW;
+  const int K = c_in_g * taps;
+  __shared__ double w_s[kProductChannels][kMaxReduction];
+  __shared__ double e_s[kProductChannels], E_s[kMaxReduction];
+  __shared__ double mu_s[conv::kLagMaxInputChannels];
+  const int64_t item = blockIdx.x;
+  const int64_t n = item / s.groups, g = item % s.groups;
+  const T* w = static_cast<const T*>(a.p.weight) + g * c_out_g * K;
+  const acc_t* coef = static_cast<const acc_t*>(a.coefficients) + (n * s.C_out + g * c_out_g) * 3;
+  if (threadIdx.x < c_in_g) {
+    mu_s[threadIdx.x] =
+        static_cast<double>(static_cast<const acc_t*>(a.mu)[n * s.C_in + g * c_in_g + threadIdx.x]);
+  }
+  double E = 0.0;  // thread i < K's entry
+  for (int c0 = 0; c0 < c_out_g; c0 += kProductChannels) {
+    const int nc = min(kProductChannels, c_out_g - c0);
+    __syncthreads();  // mu_s written; the previous chunk is done with w_s and e_s
+    stage_weights(w, c0, nc, K, w_s);
+    __syncthreads();
+    if (threadIdx.x < nc) {
+      const int c = threadIdx.x;
+      double nu = 0.0;
+      for (int i = 0; i < K; ++i) {
+        nu += w_s[c][i] * mu_s[i / taps];
+      }
+      const double alpha = static_cast<double>(coef[3 * (c0 + c)]);
+      e_s[c] = static_cast<double>(coef[3 * (c0 + c) + 2]) +
+               alpha * (nu - static_cast<double>(coef[3 * (c0 + c) + 1]));
+    }
+    __syncthreads();
+    if (threadIdx.x < K) {
+      for (int c = 0; c < nc; ++c) {
+        E += w_s[c][threadIdx.x] * e_s[c];
+      }
+    }
+  }
+  if (threadIdx.x < K) {
+    E_s[threadIdx.x] = E;
+  }
+  __syncthreads();
+  const int patterns = static_cast<int>(plan.patterns[0] * plan.patterns[1] * plan.patterns[2]);
+  acc_t* out = static_cast<acc_t*>(a.constants) + item * patterns * 4;
+  for (int t = threadIdx.x; t < patterns * 4; t += kThreads) {
+    const int ch = t % 4;
+    double sum = 0.0;
+    if (ch < c_in_g) {
+      const PatternRanges pr = pattern_ranges(plan, t / 4);
+      for (int kd = pr.lo[0]; kd <= pr.hi[0]; ++kd) {
+        for (int kh = pr.lo[1]; kh <= pr.hi[1]; ++kh) {
+          for (int kw = pr.lo[2]; kw <= pr.hi[2]; ++kw) {
+            sum += E_s[ch * taps + (kd * kH + kh) * kW + kw];
+          }
+        }
+      }
+    }
+    out[t] = static_cast<acc_t>(sum);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. The tables.
+
+// Per source (blockIdx.x), its tables from its Q (`q` + blockIdx.x * K * K, staged in shared
+// memory) to `out` + blockIdx.x * table_elems: a thread per row (pattern, b, dh, dw) and D lag
+// (its c_in_g values of the row; the last lag's also the row's padding), a source's spread over
+// blocks (blockIdx.y).
+template <typename Out>
+__global__ void __launch_bounds__(kThreads)
+    lag_tables_kernel(const LagArgs a, const double* q, Out* out) {
+  extern __shared__ double q_s[];  // [K][K]
   const conv::Conv3dShape& s = a.p.conv;
   const conv::LagInputGradPlan& plan = a.plan;
   const int c_in_g = static_cast<int>(plan.c_in_g);
   const int kD = static_cast<int>(s.kD), kH = static_cast<int>(s.kH), kW = static_cast<int>(s.kW);
   const int taps = kD * kH * kW;
   const int K = c_in_g * taps;
-  const double* Q = a.products + static_cast<int64_t>(blockIdx.x) * (K * K + K);  // then E
-  const double* E = Q + K * K;
+  const double* Q = q + static_cast<int64_t>(blockIdx.x) * K * K;
+  for (int i = threadIdx.x; i < K * K; i += kThreads) {
+    q_s[i] = Q[i];
+  }
+  __syncthreads();
+  const int span_d = static_cast<int>(plan.span[0]);
   const int span_h = static_cast<int>(plan.span[1]), span_w = static_cast<int>(plan.span[2]);
   const int row = static_cast<int>(plan.row);
   const int patterns = static_cast<int>(plan.patterns[0] * plan.patterns[1] * plan.patterns[2]);
-  const int rows = patterns * c_in_g * span_h * span_w;
-  acc_t* out = static_cast<acc_t*>(a.tables) + static_cast<int64_t>(blockIdx.x) * plan.table_elems;
   const int i = static_cast<int>(blockIdx.y) * kThreads + threadIdx.x;
-  if (i < rows) {  // T[pattern][b][dh][dw][dd * c_in_g + a]
-    int rest = i;
-    const int sw = rest % span_w;
-    rest /= span_w;
-    const int sh = rest % span_h;
-    rest /= span_h;
-    const int b = rest % c_in_g;
-    const PatternRanges pr = pattern_ranges(plan, rest / c_in_g);
-    // Per dim, the taps k in V with k + lag a tap.
-    const int lag_h = sh - (kH - 1), lag_w = sw - (kW - 1);
-    const int h_lo = max(pr.lo[1], -lag_h), h_hi = min(pr.hi[1], kH - 1 - lag_h);
-    const int w_lo = max(pr.lo[2], -lag_w), w_hi = min(pr.hi[2], kW - 1 - lag_w);
-    acc_t* dst = out + static_cast<int64_t>(i) * row;
-    int r = 0;
-    for (int lag_d = -(kD - 1); lag_d <= kD - 1; ++lag_d) {
-      const int d_lo = max(pr.lo[0], -lag_d), d_hi = min(pr.hi[0], kD - 1 - lag_d);
-      for (int ch = 0; ch < c_in_g; ++ch, ++r) {  // the gradient's input channel a
-        double sum = 0.0;
-        for (int kd = d_lo; kd <= d_hi; ++kd) {
-          for (int kh = h_lo; kh <= h_hi; ++kh) {
-            const double* q = Q + (ch * taps + (kd * kH + kh) * kW) * K + b * taps +
-                              ((kd + lag_d) * kH + kh + lag_h) * kW + lag_w;
-            for (int kw = w_lo; kw <= w_hi; ++kw) {
-              sum += __ldg(q + kw * (K + 1));
-            }
-          }
-        }
-        dst[r] = static_cast<acc_t>(sum);
-      }
-    }
-    for (; r < row; ++r) {
-      dst[r] = acc_t(0);
-    }
-  } else if (i < rows + patterns) {  // the constants [pattern][4]
-    const int pattern = i - rows;
-    const PatternRanges pr = pattern_ranges(plan, pattern);
-    acc_t* dst = out + static_cast<int64_t>(rows) * row + pattern * 4;
-    for (int ch = 0; ch < 4; ++ch) {
-      double sum = 0.0;
-      if (ch < c_in_g) {
-        for (int kd = pr.lo[0]; kd <= pr.hi[0]; ++kd) {
-          for (int kh = pr.lo[1]; kh <= pr.hi[1]; ++kh) {
-            for (int kw = pr.lo[2]; kw <= pr.hi[2]; ++kw) {
-              sum += __ldg(E + ch * taps + (kd * kH + kh) * kW + kw);
-            }
-          }
+  if (i >= patterns * c_in_g * span_h * span_w * span_d) {
+    return;
+  }
+  // T[pattern][b][dh][dw][dd * c_in_g + a]
+  int rest = i;
+  const int sd = rest % span_d;
+  rest /= span_d;
+  const int sw = rest % span_w;
+  rest /= span_w;
+  const int sh = rest % span_h;
+  rest /= span_h;
+  const int b = rest % c_in_g;
+  const PatternRanges pr = pattern_ranges(plan, rest / c_in_g);
+  // Per dim, the taps k in V with k + lag a tap.
+  const int lag_d = sd - (kD - 1), lag_h = sh - (kH - 1), lag_w = sw - (kW - 1);
+  const int d_lo = max(pr.lo[0], -lag_d), d_hi = min(pr.hi[0], kD - 1 - lag_d);
+  const int h_lo = max(pr.lo[1], -lag_h), h_hi = min(pr.hi[1], kH - 1 - lag_h);
+  const int w_lo = max(pr.lo[2], -lag_w), w_hi = min(pr.hi[2], kW - 1 - lag_w);
+  Out* dst = out + static_cast<int64_t>(blockIdx.x) * plan.table_elems +
+             static_cast<int64_t>(i / span_d) * row;
+  for (int ch = 0; ch < c_in_g; ++ch) {  // the gradient's input channel a
+    double sum = 0.0;
+    for (int kd = d_lo; kd <= d_hi; ++kd) {
+      for (int kh = h_lo; kh <= h_hi; ++kh) {
+        const double* qr = q_s + (ch * taps + (kd * kH + kh) * kW) * K + b * taps +
+                           ((kd + lag_d) * kH + kh + lag_h) * kW + lag_w;
+        for (int kw = w_lo; kw <= w_hi; ++kw) {
+          sum += qr[kw * (K + 1)];
         }
       }
-      dst[ch] = static_cast<acc_t>(sum);
+    }
+    dst[sd * c_in_g + ch] = static_cast<Out>(sum);
+  }
+  if (sd == span_d - 1) {
+    for (int r = span_d * c_in_g; r < row; ++r) {
+      dst[r] = Out(0);
+    }
+  }
+}
+
+constexpr int kCombineItems = 32;     // items per block of lag_combine_kernel
+constexpr int kCombineSegments = 16;  // segments' alphas in shared memory at a time
+
+// The tables of the chunk's items of conv group blockIdx.z (every groups-th item) from the
+// segment tables: per table element (a thread each) and item, the sum over the segments of
+// alpha[n, segment] (that of any of its channels; 0 for an empty segment, whose tables are 0)
+// times the segment's element, in double and segment order. A block takes kCombineItems items
+// (blockIdx.y), each segment element loaded once for all of them.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) lag_combine_kernel(const LagArgs a, int count) {
+  using acc_t = typename ScalarOps<T>::acc_t;
+  const conv::Conv3dShape& s = a.p.conv;
+  __shared__ __align__(16) double alpha_s[kCombineSegments][kCombineItems];
+  const int64_t elems = a.plan.table_elems;
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int groups = static_cast<int>(s.groups), cg = static_cast<int>(blockIdx.z);
+  // The chunk's items of conv group cg: j = first + groups * t.
+  const int first = static_cast<int>(((cg - a.item0) % groups + groups) % groups);
+  const int t0 = static_cast<int>(blockIdx.y) * kCombineItems;
+  const int items = min(kCombineItems, (count - first + groups - 1) / groups - t0);
+  const int segments = static_cast<int>(a.plan.segments_per_group);
+  const double* seg_elems = a.segment_tables + static_cast<int64_t>(cg) * segments * elems + e;
+  double sums[kCombineItems];
+#pragma unroll
+  for (int t = 0; t < kCombineItems; ++t) {
+    sums[t] = 0.0;
+  }
+  for (int k0 = 0; k0 < segments; k0 += kCombineSegments) {
+    __syncthreads();  // the previous segments' alphas used
+    for (int i = threadIdx.x; i < kCombineSegments * kCombineItems; i += kThreads) {
+      const int k = k0 + i / kCombineItems, t = i % kCombineItems;
+      double alpha = 0.0;  // (items past the chunk's: 0, their sums not stored)
+      if (t < items && k < segments) {
+        const Segment seg = lag_segment(a, cg, k);
+        if (seg.begin < seg.end) {
+          const int64_t n = (a.item0 + first + static_cast<int64_t>(groups) * (t0 + t)) / groups;
+          alpha = static_cast<double>(static_cast<const acc_t*>(
+              a.coefficients)[(n * s.C_out + cg * a.plan.c_out_g + seg.begin) * 3]);
+        }
+      }
+      alpha_s[i / kCombineItems][t] = alpha;
+    }
+    __syncthreads();
+    if (e < elems) {
+      for (int k = k0; k < min(segments, k0 + kCombineSegments); ++k) {
+        const double value = __ldg(seg_elems + k * elems);
+        const double2* alpha = reinterpret_cast<const double2*>(alpha_s[k - k0]);
+#pragma unroll
+        for (int t = 0; t < kCombineItems; t += 2) {
+          const double2 pair = alpha[t / 2];
+          sums[t] += pair.x * value;
+          sums[t + 1] += pair.y * value;
+        }
+      }
+    }
+  }
+  if (e < elems) {
+    acc_t* out = static_cast<acc_t*>(a.tables) + e;
+    for (int t = 0; t < items; ++t) {
+      out[static_cast<int64_t>(first + groups * (t0 + t)) * elems] = static_cast<acc_t>(sums[t]);
     }
   }
 }
@@ -361,10 +516,10 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
   const acc_t* table =
       static_cast<const acc_t*>(a.tables) + (n * s.groups + g - a.item0) * plan.table_elems;
   // The column's table (its middle plane's D range). Its first two and last two planes (the
-  // low and the high pair; one pair where kR <= 2) may have their own range: the products
-  // then add the difference of their own table's row, whose loads are issued before the
-  // column's products so that their latency overlaps them. A column whose two pairs both
-  // differ (D of at most 8 or so) corrects the high pair in a second pass.
+  // low and the high pair; one pair where kR <= 2) may have their own range: the main pass
+  // then takes their products from their own table's rows, whose loads are issued with the
+  // column's. A column whose two pairs both differ (D of at most 8 or so) corrects the high
+  // pair in a second pass, adding the difference of its rows from the column's.
   const int base_pd = d_pattern(plan, s, d0 + kR / 2);
   const acc_t* trow = table + (base_pd * hw_patterns + hw_pattern) * per_pattern;
   constexpr int kHigh0 = kR >= 4 ? kR - 2 : 0, kHigh1 = kR >= 2 ? kR - 1 : 0;
@@ -402,33 +557,45 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
       }
     }
   };
-  for_each_lag([&](const acc_t* row, const acc_t* col) {
-    acc_t tv[kRow], own0[kRow], own1[kRow];
-    load_row<kRow>(row, tv);
-    if (main_pair != 0) {  // (uniform: the whole block's column)
-      load_row<kRow>(row + main0, own0);
-      load_row<kRow>(row + main1, own1);
-    }
-    acc_t xv[kColumn];
-    load_column(col, plane_hw, xv);
+  // The main pass: each plane's products with its table row, the column's or, for the pair it
+  // corrects (kPair 1: the low, 2: the high), the plane's own (plane indices resolved at
+  // compile time, so that a corrected plane costs no more than another).
+  const auto main_pass = [&](auto pair) {
+    constexpr int kPair = decltype(pair)::value;
+    constexpr int kOwn0 = kPair == 2 ? kHigh0 : 0;
+    constexpr int kOwn1 = kPair == 2 ? kHigh1 : (kR >= 2 ? 1 : 0);
+    for_each_lag([&](const acc_t* row, const acc_t* col) {
+      acc_t tv[kRow], own0[kRow], own1[kRow];
+      load_row<kRow>(row, tv);
+      if constexpr (kPair != 0) {
+        load_row<kRow>(row + main0, own0);
+        load_row<kRow>(row + main1, own1);
+      }
+      acc_t xv[kColumn];
+      load_column(col, plane_hw, xv);
 #pragma unroll
-    for (int sd = 0; sd < kSpanD; ++sd) {
+      for (int sd = 0; sd < kSpanD; ++sd) {
 #pragma unroll
-      for (int c = 0; c < kCi; ++c) {
+        for (int c = 0; c < kCi; ++c) {
 #pragma unroll
-        for (int j = 0; j < kR; ++j) {
-          acc[j][c] += tv[sd * kCi + c] * xv[j + sd];
+          for (int j = 0; j < kR; ++j) {
+            acc_t t = tv[sd * kCi + c];
+            if constexpr (kPair != 0) {
+              t = j == kOwn1 ? own1[sd * kCi + c] : j == kOwn0 ? own0[sd * kCi + c] : t;
+            }
+            acc[j][c] += t * xv[j + sd];
+          }
         }
       }
-    }
-    if (main_pair == 1) {
-      add_row_difference<0>(acc, own0, tv, xv);
-      add_row_difference<kR >= 2 ? 1 : 0>(acc, own1, tv, xv);
-    } else if (main_pair == 2) {
-      add_row_difference<kHigh0>(acc, own0, tv, xv);
-      add_row_difference<kHigh1>(acc, own1, tv, xv);
-    }
-  });
+    });
+  };
+  if (main_pair == 1) {  // (uniform: the whole block's column)
+    main_pass(std::integral_constant<int, 1>{});
+  } else if (main_pair == 2) {
+    main_pass(std::integral_constant<int, 2>{});
+  } else {
+    main_pass(std::integral_constant<int, 0>{});
+  }
   if (main_pair == 1 && high_differs) {
     for_each_lag([&](const acc_t* row, const acc_t* col) {
       acc_t tv[kRow], own0[kRow], own1[kRow];
@@ -443,7 +610,8 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
   }
   if (h < H && w < W) {
     const int patterns = static_cast<int>(plan.patterns[0]) * hw_patterns;
-    const acc_t* constants = table + patterns * per_pattern;
+    const acc_t* constants =
+        static_cast<const acc_t*>(a.constants) + (n * s.groups + g) * patterns * 4;
     T* dx = static_cast<T*>(a.p.dx) + (n * s.C_in + g * kCi) * DHW +
             (static_cast<int64_t>(d0) * H + h) * W + w;
 #pragma unroll
@@ -520,8 +688,11 @@ auto input_grad_kernel(int64_t c_in_g) -> void (*)(LagArgs) {
 }
 
 struct LagWorkspace {
+  double* segment_products;
+  double* segment_tables;
   double* products;
   void* tables;
+  void* constants;
   size_t bytes;
 };
 
@@ -530,12 +701,43 @@ LagWorkspace carve_lag(const conv::Conv3dGroupNormMeanBackwardParams& p,
                        const conv::LagInputGradPlan& plan, void* base) {
   using acc_t = typename ScalarOps<T>::acc_t;
   WorkspaceCarver carver(base);
-  LagWorkspace ws;
-  const int64_t K = plan.c_in_g * p.conv.kD * p.conv.kH * p.conv.kW;
-  ws.products = carver.take<double>(plan.items_per_chunk * (K * K + K));
+  LagWorkspace ws{};
+  const conv::Conv3dShape& s = p.conv;
+  const int64_t K = lag_reduction(s, plan);
+  if (plan.segment_tables) {
+    const int64_t segments = s.groups * plan.segments_per_group;
+    ws.segment_products = carver.take<double>(segments * K * K);
+    ws.segment_tables = carver.take<double>(segments * plan.table_elems);
+  } else {
+    ws.products = carver.take<double>(plan.items_per_chunk * K * K);
+  }
   ws.tables = carver.take<acc_t>(plan.items_per_chunk * plan.table_elems);
+  ws.constants = carver.take<acc_t>(s.N * s.groups * plan.patterns[0] * plan.patterns[1] *
+                                    plan.patterns[2] * 4);
   ws.bytes = carver.bytes();
   return ws;
+}
+
+// Q of `sources` sources (segments, or the chunk's items), then their tables.
+template <typename T, typename Out>
+cudaError_t launch_products_and_tables(const LagArgs& args, int64_t sources, bool segments,
+                                       double* products, Out* tables, cudaStream_t stream) {
+  const conv::LagInputGradPlan& plan = args.plan;
+  const int64_t K = lag_reduction(args.p.conv, plan);
+  lag_products_kernel<T>
+      <<<dim3(static_cast<unsigned>(sources), static_cast<unsigned>(product_splits(K))), kThreads,
+         0, stream>>>(args, segments, products);
+  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+  const int64_t threads = plan.patterns[0] * plan.patterns[1] * plan.patterns[2] * plan.c_in_g *
+                          plan.span[0] * plan.span[1] * plan.span[2];
+  const size_t q_bytes = static_cast<size_t>(K * K) * sizeof(double);  // (the plan checks it fits)
+  FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(lag_tables_kernel<Out>,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      static_cast<int>(q_bytes)));
+  lag_tables_kernel<Out>
+      <<<dim3(static_cast<unsigned>(sources), static_cast<unsigned>(ceil_div(threads, kThreads))),
+         kThreads, q_bytes, stream>>>(args, products, tables);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -549,8 +751,9 @@ conv::LagInputGradPlan lag_input_grad_plan(const conv::Conv3dGroupNormMeanBackwa
   if (p.dx == nullptr || (p.dweight != nullptr && !weight_grad_elsewhere)) {
     return {};
   }
-  return conv::plan_conv3d_group_norm_mean_lag_input_grad(p.conv, p.dtype,
-                                                          current_device_info().shared_memory);
+  const DeviceInfo device = current_device_info();
+  return conv::plan_conv3d_group_norm_mean_lag_input_grad(
+      p.conv, p.num_groups, p.dtype, device.shared_memory, device.multiprocessors);
 }
 
 template <typename T>
@@ -575,30 +778,43 @@ template <typename T>
 cudaError_t lag_input_grad_launch(const conv::Conv3dGroupNormMeanBackwardParams& p,
                                   const conv::LagInputGradPlan& plan, const void* coefficients,
                                   const void* mu, void* workspace, cudaStream_t stream) {
+  using acc_t = typename ScalarOps<T>::acc_t;
   const auto dx_kernel = input_grad_kernel<T>(plan.c_in_g);
   if (!plan.supported || dx_kernel == nullptr) {
     return cudaErrorInvalidValue;
   }
   const LagWorkspace ws = carve_lag<T>(p, plan, workspace);
-  LagArgs args{p, plan, coefficients, mu, ws.products, ws.tables, 0};
+  LagArgs args{p,           plan,      coefficients, mu, ws.segment_products, ws.segment_tables,
+               ws.products, ws.tables, ws.constants, 0};
   const conv::Conv3dShape& s = p.conv;
+  const int64_t items = s.N * s.groups;
   FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(
       dx_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem_bytes)));
-  const int64_t items = s.N * s.groups;
-  const int64_t K = plan.c_in_g * s.kD * s.kH * s.kW;
+  if (!grid_fits(items)) {
+    return cudaErrorInvalidConfiguration;
+  }
+  lag_constants_kernel<T><<<static_cast<unsigned>(items), kThreads, 0, stream>>>(args);
+  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+  if (plan.segment_tables) {  // once: the segments' Q and tables
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(
+        launch_products_and_tables<T>(args, s.groups * plan.segments_per_group, true,
+                                      ws.segment_products, ws.segment_tables, stream));
+  }
   for (int64_t item0 = 0; item0 < items; item0 += plan.items_per_chunk) {
     const int64_t count = std::min(plan.items_per_chunk, items - item0);
     args.item0 = item0;
-    lag_products_kernel<T>
-        <<<dim3(static_cast<unsigned>(count), static_cast<unsigned>(product_splits(K))), kThreads,
-           0, stream>>>(args);
-    FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-    const int64_t patterns = plan.patterns[0] * plan.patterns[1] * plan.patterns[2];
-    const int64_t table_rows = patterns * plan.c_in_g * plan.span[1] * plan.span[2] + patterns;
-    lag_tables_kernel<T><<<dim3(static_cast<unsigned>(count),
-                                static_cast<unsigned>(ceil_div(table_rows, kThreads))),
-                           kThreads, 0, stream>>>(args);
-    FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+    if (plan.segment_tables) {
+      // (A conv group's items in the chunk: at most ceil(count / groups).)
+      lag_combine_kernel<T>
+          <<<dim3(static_cast<unsigned>(ceil_div(plan.table_elems, kThreads)),
+                  static_cast<unsigned>(ceil_div(ceil_div(count, s.groups), kCombineItems)),
+                  static_cast<unsigned>(s.groups)),
+             kThreads, 0, stream>>>(args, static_cast<int>(count));
+      FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+    } else {
+      FUSED_OPS_RETURN_IF_CUDA_ERROR(launch_products_and_tables<T>(
+          args, count, false, ws.products, static_cast<acc_t*>(ws.tables), stream));
+    }
     const dim3 grid(static_cast<unsigned>(plan.w_tiles * plan.h_tiles),
                     static_cast<unsigned>(plan.d_tiles), static_cast<unsigned>(count));
     dx_kernel<<<grid, kThreads, plan.smem_bytes, stream>>>(args);

@@ -39,10 +39,13 @@
 //            moments in double, in warp order;
 //      * writes one (mean, M2) pair per channel to the workspace slot of the tile.
 //    The chunk's weights stay in shared memory from one tile to the next of the same chunk.
-// 2. onepass_finalize_kernel: one block per sample combines, per channel (8 lanes each, 4
+// 2. The training forward with the tensor-core kernel (exact_channel_means): the channel means
+//    exactly, in double, from x's sums per tap (exact_means_*_kernel, below), for the backward.
+// 3. onepass_finalize_kernel: one block per sample combines, per channel (8 lanes each, 4
 //    channels a warp), its tiles' moments in a fixed order (counts from the box geometry): the mean
-//    from the count-weighted sum, then M2 about it; adds the conv bias to the mean, combines each
-//    GroupNorm group's channels, and writes mean, rstd, the channel means and out[n].
+//    from the count-weighted sum (or the exact one), then M2 about it; adds the conv bias to the
+//    mean, combines each GroupNorm group's channels, and writes mean, rstd, the channel means and
+//    out[n].
 //
 // Every sum has a fixed order that depends on the shape only: results are deterministic.
 #include "common/cuda/cuda_kernel.cuh"
@@ -77,6 +80,9 @@ struct KernelArgs {
   conv::OnePassPlan plan;
   double2* partials;  // [tiles][cb]: (mean, M2) of the tile's valid positions per channel
   bool full_rows;     // the footprints are whole input rows (conv_input_box.cuh)
+  // [N][C_out]: the channels' exact means (conv bias excluded), where the finalize takes them
+  // instead of the tiles' (null: the tiles').
+  const double* exact_means;
 };
 
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -959,8 +965,12 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
       count += box_n;
       sum += box_n * parts[box * cb].x;
     }
-    const double mean = subwarp_allreduce_sum(sum, kLanesPerChannel) /
-                        subwarp_allreduce_sum(count, kLanesPerChannel);
+    sum = subwarp_allreduce_sum(sum, kLanesPerChannel);
+    count = subwarp_allreduce_sum(count, kLanesPerChannel);
+    // (M2 about any centre is the boxes' M2 plus count * (box mean - centre)^2: exact means
+    // leave it M2 about the channel's mean.)
+    const double mean =
+        a.exact_means != nullptr && active ? a.exact_means[n * s.C_out + c] : sum / count;
     double m2 = 0.0;
     for (int64_t box = box0; active && box < plan.boxes; box += kLanesPerChannel) {
       const double2 part = parts[box * cb];
@@ -999,6 +1009,174 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
 }
 
 // ---------------------------------------------------------------------------------------
+// Exact channel means (the training forward with the tensor-core kernel). The mean of channel
+// c's convolution output (bias excluded) is linear in x:
+//   m0[n, c] = 1/S * sum over b, taps k of w[c, b, k] * X[n, b, k],
+//   X[n, b, k] = sum over outputs s of x[n, b, s * stride - padding + k * dilation]
+// (0 outside the input), and X is separable: per dim, the input positions tap k reaches. In
+// double, in a fixed order: rows along W (lanes along W, up to 4 values each, then a butterfly
+// per W tap), then along H and D (a thread per sum), then the products with the weights (a
+// thread per (n, c)). The backward's dy = alpha * (y0 - m0) + gamma sums over every output
+// position, so a channel mean of other rounding than y0's leaves an error that grows with S (the
+// tensor-core moments' mean gave the weight gradient 2.6x eager's error); these do not.
+
+// The input positions tap k reads along a dim (one per output): first, first + stride, ...
+// up to last (none where first > last).
+struct TapPositions {
+  int64_t first, last, stride;
+};
+__device__ __forceinline__ TapPositions tap_positions(int64_t k, int64_t in, int64_t out,
+                                                      int64_t stride, int64_t padding,
+                                                      int64_t dilation) {
+  int64_t first = k * dilation - padding;  // output 0's
+  const int64_t last = min64(in - 1, (out - 1) * stride + first);
+  if (first < 0) {  // the first output whose input lies inside
+    first += (-first + stride - 1) / stride * stride;
+  }
+  return {first, last, stride};
+}
+
+// The lanes that share an input row in exact_means_rows_kernel: the fewest powers of two that
+// give each at most 4 of its values (32 for rows of 128 or more).
+inline int exact_means_row_lanes(int64_t W) {
+  int lanes = 1;
+  while (lanes < kWarpSize && lanes * 4 < W) {
+    lanes *= 2;
+  }
+  return lanes;
+}
+
+// rows[(n * C_in + b) * D * H + row][kw]: each input row's sum over the positions W tap kw
+// reads; `lanes` lanes per row (32 / lanes rows a warp), then a butterfly per tap.
+__global__ void __launch_bounds__(kThreads)
+    exact_means_rows_kernel(const KernelArgs a, int lanes, double* rows) {
+  const conv::Conv3dShape& s = a.p.conv;
+  const int lane = threadIdx.x % kWarpSize, sub = lane % lanes;
+  const int64_t row =
+      (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize) *
+          (kWarpSize / lanes) +
+      lane / lanes;
+  const bool valid = row < s.N * s.C_in * s.D * s.H;  // (every lane takes part in the butterflies)
+  const int W = static_cast<int>(s.W);
+  const float* x = static_cast<const float*>(a.p.x) + (valid ? row : 0) * s.W;
+  for (int64_t kw = 0; kw < s.kW; ++kw) {
+    const TapPositions tw = tap_positions(kw, s.W, s.Wo, s.stride[2], s.padding[2], s.dilation[2]);
+    const int first = static_cast<int>(tw.first), last = static_cast<int>(tw.last);
+    const int stride = static_cast<int>(tw.stride);
+    double sum = 0.0;
+    for (int w = sub; valid && w < W; w += lanes) {
+      if (w >= first && w <= last && (stride == 1 || (w - first) % stride == 0)) {
+        sum += static_cast<double>(__ldg(x + w));
+      }
+    }
+    sum = subwarp_allreduce_sum(sum, lanes);
+    if (valid && sub == 0) {
+      rows[row * s.kW + kw] = sum;
+    }
+  }
+}
+
+// taps[(n * C_in + b) * kD * kH * kW + k]: X[n, b, k] from the rows, a block per (n, b): the
+// sums along H per (d, kh, kw) (to planes), then along D per tap.
+__global__ void __launch_bounds__(kThreads)
+    exact_means_taps_kernel(const KernelArgs a, const double* rows, double* planes, double* taps) {
+  const conv::Conv3dShape& s = a.p.conv;
+  const int64_t nb = blockIdx.x;
+  const int64_t hw_taps = s.kH * s.kW;
+  const double* in = rows + nb * s.D * s.H * s.kW;
+  double* plane = planes + nb * s.D * hw_taps;
+  for (int64_t i = threadIdx.x; i < s.D * hw_taps; i += kThreads) {
+    const int64_t d = i / hw_taps, kh = i % hw_taps / s.kW, kw = i % s.kW;
+    const TapPositions th = tap_positions(kh, s.H, s.Ho, s.stride[1], s.padding[1], s.dilation[1]);
+    double sum = 0.0;
+    for (int64_t h = th.first; h <= th.last; h += th.stride) {
+      sum += in[(d * s.H + h) * s.kW + kw];
+    }
+    plane[i] = sum;
+  }
+  __syncthreads();  // (the block's own global writes are visible to it after the barrier)
+  for (int64_t i = threadIdx.x; i < s.kD * hw_taps; i += kThreads) {
+    const TapPositions td =
+        tap_positions(i / hw_taps, s.D, s.Do, s.stride[0], s.padding[0], s.dilation[0]);
+    double sum = 0.0;
+    for (int64_t d = td.first; d <= td.last; d += td.stride) {
+      sum += plane[d * hw_taps + i % hw_taps];
+    }
+    taps[nb * s.kD * hw_taps + i] = sum;
+  }
+}
+
+// means[n * C_out + c] = m0[n, c]: a thread per (n, c).
+__global__ void __launch_bounds__(kThreads)
+    exact_means_kernel(const KernelArgs a, const double* taps, double* means) {
+  const conv::Conv3dShape& s = a.p.conv;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= s.N * s.C_out) {
+    return;
+  }
+  const int64_t n = i / s.C_out, c = i % s.C_out;
+  const int64_t K = a.plan.K;  // c_in_g * taps, the weight's row
+  const int64_t g = c / a.plan.c_out_g;
+  const float* w = static_cast<const float*>(a.p.weight) + c * K;
+  const double* X = taps + (n * s.C_in + g * a.plan.c_in_g) * (K / a.plan.c_in_g);
+  double sum = 0.0;
+  for (int64_t j = 0; j < K; ++j) {
+    sum += static_cast<double>(__ldg(w + j)) * X[j];
+  }
+  means[i] = sum / static_cast<double>(s.Do * s.Ho * s.Wo);
+}
+
+struct ExactMeansWorkspace {
+  double* rows;
+  double* planes;
+  double* taps;
+  double* means;
+  size_t bytes;
+};
+
+// After the moments' partials (plan.workspace_bytes).
+ExactMeansWorkspace carve_exact_means(const conv::Conv3dGroupNormMeanParams& p,
+                                      const conv::OnePassPlan& plan, void* base) {
+  const conv::Conv3dShape& s = p.conv;
+  WorkspaceCarver carver(base);
+  carver.take<char>(static_cast<int64_t>(plan.workspace_bytes));
+  ExactMeansWorkspace ws{};
+  const int64_t planes = s.N * s.C_in;
+  ws.rows = carver.take<double>(planes * s.D * s.H * s.kW);
+  ws.planes = carver.take<double>(planes * s.D * s.kH * s.kW);
+  ws.taps = carver.take<double>(planes * s.kD * s.kH * s.kW);
+  ws.means = carver.take<double>(s.N * s.C_out);
+  ws.bytes = carver.bytes();
+  return ws;
+}
+
+// Whether the forward computes exact channel means: asked for, and the tensor-core kernel runs.
+bool wants_exact_means(const conv::Conv3dGroupNormMeanParams& p, const conv::OnePassPlan& plan) {
+  return p.exact_channel_means && plan.tensor_cores;
+}
+
+cudaError_t launch_exact_means(const KernelArgs& args, const ExactMeansWorkspace& ws,
+                               cudaStream_t stream) {
+  const conv::Conv3dShape& s = args.p.conv;
+  const int lanes = exact_means_row_lanes(s.W);
+  const int64_t row_blocks =
+      ceil_div(s.N * s.C_in * s.D * s.H, static_cast<int64_t>(kThreads / lanes));
+  if (!grid_fits(row_blocks) || !grid_fits(s.N * s.C_in) ||
+      !grid_fits(ceil_div(s.N * s.C_out, kThreads))) {
+    return cudaErrorInvalidConfiguration;
+  }
+  exact_means_rows_kernel<<<static_cast<unsigned>(row_blocks), kThreads, 0, stream>>>(args, lanes,
+                                                                                      ws.rows);
+  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+  exact_means_taps_kernel<<<static_cast<unsigned>(s.N * s.C_in), kThreads, 0, stream>>>(
+      args, ws.rows, ws.planes, ws.taps);
+  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+  exact_means_kernel<<<static_cast<unsigned>(ceil_div(s.N * s.C_out, kThreads)), kThreads, 0,
+                       stream>>>(args, ws.taps, ws.means);
+  return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------------------------------
 // Host side.
 
 // This file's instance of sm90a_image_probe_kernel (Sm90aImageQuery).
@@ -1016,8 +1194,7 @@ bool onepass_wgmma_available() {
 conv::OnePassPlan plan_for(const conv::Conv3dGroupNormMeanParams& p) {
   const DeviceInfo device = current_device_info();
   return conv::plan_conv3d_group_norm_mean_onepass(p.conv, p.dtype, device.shared_memory,
-                                                   device.tensor_cores && p.allow_tensor_cores,
-                                                   onepass_wgmma_available());
+                                                   device.tensor_cores, onepass_wgmma_available());
 }
 
 // Launches `moments` on a persistent grid (the blocks that fit on the device at once), then
@@ -1037,6 +1214,10 @@ cudaError_t launch_kernels(Kernel moments, const KernelArgs& args, cudaStream_t 
   moments<<<static_cast<unsigned>(min64(args.plan.tiles, resident)), kThreads, smem, stream>>>(
       args);
   FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+  if (args.exact_means != nullptr) {
+    const ExactMeansWorkspace ws = carve_exact_means(args.p, args.plan, args.partials);
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(launch_exact_means(args, ws, stream));
+  }
   const size_t finalize_smem =
       static_cast<size_t>(args.p.conv.C_out) * sizeof(norm::Moments) + kThreads * sizeof(double);
   FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(onepass_finalize_kernel<T>,
@@ -1060,13 +1241,17 @@ cudaError_t launch_tensor_core_kernel(const KernelArgs& args, bool wgmma, cudaSt
 template <typename T>
 struct OnePassFamily {
   static size_t workspace_bytes(const conv::Conv3dGroupNormMeanParams& p) {
-    return plan_for(p).workspace_bytes;
+    const conv::OnePassPlan plan = plan_for(p);
+    return wants_exact_means(p, plan) ? carve_exact_means(p, plan, nullptr).bytes
+                                      : plan.workspace_bytes;
   }
   static cudaError_t launch(const conv::Conv3dGroupNormMeanParams& p, void* workspace,
                             cudaStream_t stream) {
     const conv::OnePassPlan plan = plan_for(p);
-    const KernelArgs args{p, plan, static_cast<double2*>(workspace),
-                          full_input_rows(p.conv, plan.FW, plan.boxes_w, p.x)};
+    const KernelArgs args{
+        p, plan, static_cast<double2*>(workspace),
+        full_input_rows(p.conv, plan.FW, plan.boxes_w, p.x),
+        wants_exact_means(p, plan) ? carve_exact_means(p, plan, workspace).means : nullptr};
     if (!args.plan.supported) {
       return cudaErrorInvalidValue;
     }

@@ -311,11 +311,14 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
 // V(p) of the input positions are few (at most kLagMaxPatterns for k <= 3): their product is
 // the set of tables per (sample, conv group). Along D, columns of kLagMaxTileD positions, the
 // rest in columns of 4, 2 and 1 (kernel templates): no position is computed twice.
-LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s, ScalarKind dtype,
-                                                            size_t smem_limit) {
+LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s,
+                                                            int64_t num_groups, ScalarKind dtype,
+                                                            size_t smem_limit,
+                                                            int64_t multiprocessors) {
   LagInputGradPlan plan;
   if (s.groups <= 0 || s.C_in % s.groups != 0 || s.C_out % s.groups != 0 || s.N <= 0 || s.Do <= 0 ||
-      s.Ho <= 0 || s.Wo <= 0 || s.D <= 0 || s.H <= 0 || s.W <= 0) {
+      s.Ho <= 0 || s.Wo <= 0 || s.D <= 0 || s.H <= 0 || s.W <= 0 || num_groups <= 0 ||
+      s.C_out % num_groups != 0) {
     return plan;
   }
   const int64_t in[3] = {s.D, s.H, s.W}, out[3] = {s.Do, s.Ho, s.Wo}, k[3] = {s.kD, s.kH, s.kW};
@@ -378,22 +381,64 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
     return plan;
   }
   const int64_t P = plan.patterns[0] * plan.patterns[1] * plan.patterns[2];
-  plan.table_elems = P * plan.c_in_g * plan.span[1] * plan.span[2] * plan.row + P * 4;
-  // An item's workspace: its tables, and Q and E in double.
+  plan.table_elems = P * plan.c_in_g * plan.span[1] * plan.span[2] * plan.row;
   const int64_t reduction = plan.c_in_g * taps;
-  const int64_t item_bytes =
-      plan.table_elems * static_cast<int64_t>(acc_bytes) + (reduction * reduction + reduction) * 8;
-  // As few launches as fit, their items balanced (a last launch of a few items would leave
-  // the device mostly idle).
+  if (static_cast<size_t>(reduction * reduction) * 8 > smem_limit) {
+    return plan;  // (the tables kernel stages Q in shared memory: 93 KB at most, K = 108)
+  }
   const int64_t items = s.N * s.groups;
+  // The segments: per conv group, the GroupNorm groups of its first and last channel and those
+  // between.
+  const int64_t group_channels = s.C_out / num_groups;
+  for (int64_t cg = 0; cg < s.groups; ++cg) {
+    const int64_t first = cg * plan.c_out_g / group_channels;
+    const int64_t last = ((cg + 1) * plan.c_out_g - 1) / group_channels;
+    plan.segments_per_group = std::max(plan.segments_per_group, last - first + 1);
+  }
+  const int64_t segment_bytes =
+      s.groups * plan.segments_per_group * (reduction * reduction + plan.table_elems) * 8;
+  plan.segment_tables = s.groups * plan.segments_per_group < items &&
+                        segment_bytes <= static_cast<int64_t>(kLagSegmentTableBytes);
+  // An item's workspace: its tables, and without segment tables its Q in double.
+  const int64_t item_bytes = plan.table_elems * static_cast<int64_t>(acc_bytes) +
+                             (plan.segment_tables ? 0 : reduction * reduction * 8);
   const int64_t most = std::min<int64_t>(
       std::max<int64_t>(1, static_cast<int64_t>(kLagTableBytes) / item_bytes), 65535);
-  plan.items_per_chunk = ceil_div(items, ceil_div(items, most));
-  // (The kernels index a sample's elements, grid sizes and table elements in 32 bits.)
+  plan.items_per_chunk = ceil_div(items, ceil_div(items, most));  // as few launches, balanced
+  // Where the device's size is known: as few waves of the input-gradient kernel (a last wave
+  // that fills a fraction of the device takes a whole wave's time), then as few launches.
+  const int64_t resident =
+      multiprocessors *
+      std::min<int64_t>(kLagBlocksPerMultiprocessor,
+                        static_cast<int64_t>(smem_limit / std::max<size_t>(plan.smem_bytes, 1)));
+  if (resident > 0) {
+    const int64_t item_blocks = plan.d_tiles * plan.h_tiles * plan.w_tiles;
+    const auto waves = [&](int64_t chunk) {
+      const int64_t rest = items % chunk;
+      return items / chunk * ceil_div(chunk * item_blocks, resident) +
+             (rest > 0 ? ceil_div(rest * item_blocks, resident) : 0);
+    };
+    int64_t best_waves = waves(plan.items_per_chunk);
+    for (int64_t chunk = plan.items_per_chunk - 1; chunk >= 1; --chunk) {
+      if (ceil_div(items, chunk) > 4 * ceil_div(items, plan.items_per_chunk)) {
+        break;  // (more launches than that: their own cost would outweigh a wave)
+      }
+      const int64_t w = waves(chunk);
+      if (w < best_waves) {
+        best_waves = w;
+        plan.items_per_chunk = chunk;
+      }
+    }
+  }
+  // (The kernels index a sample's elements, grid sizes and table elements in 32 bits; the D
+  // columns, the tables kernel's blocks per source and, with segment tables, the conv groups are
+  // grid dims of at most 65535.)
   constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
+  const int64_t table_threads = P * plan.c_in_g * plan.span[0] * plan.span[1] * plan.span[2];
   if (s.D * s.H * s.W > kMax32 || s.N * s.C_in > kMax32 ||
       plan.items_per_chunk * plan.table_elems > kMax32 || plan.w_tiles * plan.h_tiles > kMax32 ||
-      plan.d_tiles > 65535 || plan.table_elems / 1024 >= 65535) {
+      plan.d_tiles > 65535 || ceil_div(table_threads, 256) > 65535 ||
+      (plan.segment_tables && s.groups > 65535)) {
     return plan;
   }
   plan.supported = true;

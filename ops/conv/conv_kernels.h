@@ -35,9 +35,9 @@ struct Conv3dGroupNormMeanParams {
   Conv3dShape conv;
   int64_t num_groups;  // GroupNorm's
   double eps;
-  // float32 may run on the split-TF32 tensor-core kernel (else the direct kernel's FFMA: the
-  // training forward, whose statistics the backward's FFMA recomputation must match).
-  bool allow_tensor_cores;
+  // The channel means exact (in double, from x's sums per tap) where the tensor-core kernel
+  // runs: the training forward's, which the backward's gradients sum over every output.
+  bool exact_channel_means;
   const void* x;
   const void* weight;
   const void* conv_bias;
@@ -231,8 +231,14 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
 // gradient's, and float32, float16 or bfloat16 (float sums; in double the kernel's registers
 // spill). The backward uses it where the weight gradient is not asked for or comes from the
 // Gram kernels (GramWeightGradPlan); where the recomputing tile kernel computes the weight
-// gradient, it adds the input gradient for less than these kernels take (their tables are
-// built per sample; benchmarks/h100-2026-11-23-lag).
+// gradient, it adds the input gradient for less than these kernels take
+// (benchmarks/h100-2026-11-23-lag).
+// alpha is GroupNorm's per (n, GroupNorm group): Q of an item (n, conv group) is
+// sum over segments of alpha[n, segment] * Q_segment, Q_segment = sum_{c in segment} w[c] w[c]^T,
+// a segment being the conv group's channels in one GroupNorm group. So are the tables, which
+// are linear in Q: where the segments are fewer than the items, their tables are built once,
+// in double, and each item's are combined from them (segment_tables), instead of built from
+// the item's own Q.
 constexpr int64_t kLagMaxTaps = 3;
 constexpr int64_t kLagMaxSpan = 2 * kLagMaxTaps - 1;
 constexpr int64_t kLagMaxInputChannels = 4;
@@ -273,16 +279,30 @@ struct LagInputGradPlan {
   int64_t d_tiles = 0, h_tiles = 0, w_tiles = 0;
   // A tile's footprint rows (H) and columns (W); its planes (D): the tile's depth + span - 1.
   int64_t FH = 0, FW = 0;
-  // Elements of one (sample, conv group)'s tables: [P][c_in_g][span_h][span_w][row], then the
-  // constants [P][4]; (sample, conv group) items per launch, their tables and products at
-  // most kLagTableBytes (where one item fits), balanced over the launches.
+  // Elements of one (sample, conv group)'s tables, [P][c_in_g][span_h][span_w][row] (its
+  // constants, [P][4], are kept for all items at once).
   int64_t table_elems = 0;
+  // The tables from the segments' (see above): the most GroupNorm groups one conv group's
+  // channels meet; the segment tables are [groups][segments_per_group] (a conv group that
+  // meets fewer has empty ones).
+  bool segment_tables = false;
+  int64_t segments_per_group = 0;
+  // (sample, conv group) items per launch: their tables (and Q, without segment tables) at
+  // most kLagTableBytes (where one item fits), in as few waves of the input-gradient kernel as
+  // the device runs (given its multiprocessors), then in as few launches.
   int64_t items_per_chunk = 0;
   size_t smem_bytes = 0;  // the input-gradient kernel's (its footprint)
 };
 constexpr size_t kLagTableBytes = size_t{20} << 20;
-LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s, ScalarKind dtype,
-                                                            size_t smem_limit);
+// The segment tables and their Q (double): at most this, else the items' own tables.
+constexpr size_t kLagSegmentTableBytes = size_t{16} << 20;
+// Blocks of the input-gradient kernel per multiprocessor (its __launch_bounds__).
+constexpr int64_t kLagBlocksPerMultiprocessor = 2;
+// `num_groups`: GroupNorm's; `multiprocessors`: the device's (0: launches not sized to waves).
+LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s,
+                                                            int64_t num_groups, ScalarKind dtype,
+                                                            size_t smem_limit,
+                                                            int64_t multiprocessors);
 // The Gram weight gradient (conv3d_group_norm_mean_gram_weight_grad_cuda.cu): at stride 1 the
 // backward's weight gradient needs no recomputed convolution output either. Per (sample n,
 // conv group), with col_s the c_in_g * k^3 inputs output s reads (j = (b, tap) as in the
