@@ -521,6 +521,25 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
   }
 }
 
+TEST_CASE("one-pass plans fall back to the direct kernel where tensor-core footprints do not fit",
+          "[conv][cpu][onepass]") {
+  using fused_ops::ScalarKind;
+  namespace conv = fused_ops::conv;
+  constexpr size_t kH100 = 232448;  // an H100's opt-in shared memory per block
+  // Dilation 8 along every dim: footprints of 33 x 40 x 40 rows, which the direct kernel's one
+  // buffer holds and the tensor-core kernel's two do not.
+  const conv::Conv3dShape s =
+      stride1_shape({2, 2, 40, 40, 33}, 24, {3, 3, 3}, {0, 0, 0}, {8, 8, 8}, 1);
+  const conv::OnePassPlan direct =
+      conv::plan_conv3d_group_norm_mean_onepass(s, ScalarKind::kFloat, kH100, false, true);
+  REQUIRE(direct.supported);
+  const conv::OnePassPlan plan =
+      conv::plan_conv3d_group_norm_mean_onepass(s, ScalarKind::kFloat, kH100, true, true);
+  REQUIRE(plan.supported);
+  CHECK_FALSE(plan.tensor_cores);
+  CHECK(plan.smem_bytes == direct.smem_bytes);
+}
+
 TEST_CASE("lag input gradient plans: the family, the patterns and the D columns",
           "[conv][cpu][onepass]") {
   using fused_ops::ScalarKind;

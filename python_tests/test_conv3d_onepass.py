@@ -92,6 +92,15 @@ def test_random_problems(seed, dtype):
 
 
 @requires_cuda
+def test_footprints_past_the_tensor_core_kernel_run_the_direct_kernel():
+    """float32 with dilation 8: footprints the tensor-core kernel's two buffers cannot hold
+    (cpp_tests/test_conv_ops.cpp checks the plan) run the direct kernel, not cuDNN."""
+    args = conv3d_args((2, 2, 40, 40, 33), 24, 3, 8, dilation=8, device="cuda", requires_grad=False)
+    path, _ = _check(args, torch.float32)
+    assert path == "onepass"
+
+
+@requires_cuda
 def test_outside_the_family_runs_cudnn():
     """A reduction longer than the family's bound (C_in * k^3 = 20 * 27 > 512) runs cuDNN."""
     args = conv3d_args((2, 20, 6, 7, 8), 8, 3, 4, device="cuda", requires_grad=False)
@@ -358,6 +367,64 @@ def test_training_saves_statistics_only():
     assert sum(extra_bytes) == (2 * N * G + N * C) * 4, extra_bytes
     out.sum().backward()
     assert all(a.grad is not None for a in args if isinstance(a, torch.Tensor))
+
+
+# Training forwards whose channel means the tensor-core kernel's plan takes exactly (float32):
+# the headline's shape with a large common offset, strides 2-3 with dilation and padding, conv
+# groups, and rows of 150 (the exact means' rows past 128 values: 32 lanes that loop).
+EXACT_MEAN_CASES = {
+    "headline-offset": dict(
+        input_shape=(2, 3, 24, 32, 32), out_channels=24, kernel_size=3, num_groups=8
+    ),
+    "strided-dilated": dict(
+        input_shape=(2, 3, 9, 10, 11),
+        out_channels=8,
+        kernel_size=(2, 3, 2),
+        num_groups=4,
+        stride=(2, 3, 1),
+        padding=(1, 0, 2),
+        dilation=(2, 1, 3),
+    ),
+    "groups": dict(
+        input_shape=(3, 4, 7, 9, 12),
+        out_channels=12,
+        kernel_size=3,
+        num_groups=3,
+        groups=2,
+        stride=2,
+    ),
+    "long-rows": dict(
+        input_shape=(2, 2, 4, 5, 150),
+        out_channels=8,
+        kernel_size=(1, 2, 3),
+        num_groups=2,
+        stride=(1, 1, 3),
+    ),
+}
+
+
+@requires_cuda
+@pytest.mark.parametrize("name", list(EXACT_MEAN_CASES))
+def test_training_forward_channel_means_exact(name):
+    """The training forward's channel means (which the backward centres dy on: an error there
+    sums over every output) against float64: exact but for the final rounding to float32, on
+    inputs with a large common offset, while the tensor-core kernel computes the rest."""
+    torch.manual_seed(0)
+    args = conv3d_args(**EXACT_MEAN_CASES[name], device="cuda", requires_grad=False)
+    with torch.no_grad():
+        args[0].uniform_(0.0, 1.0).add_(8.0)
+    x, w, b, stride, padding, dilation, groups = args[:7]
+    out, mean, rstd, channel_mean = torch.ops.fused._conv3d_group_norm_mean_onepass_forward(*args)
+    y = torch.nn.functional.conv3d(
+        x.double(), w.double(), b.double(), stride, padding, dilation, groups
+    )
+    reference = y.mean(dim=(2, 3, 4))
+    # float32 rounding of the mean only: within a few ulps of its magnitude.
+    torch.testing.assert_close(channel_mean.double(), reference, rtol=3e-7, atol=1e-7)
+    # The output: the inference forward's (the same kernel) but for the means' rounding.
+    torch.testing.assert_close(
+        out, torch.ops.fused.conv3d_group_norm_mean(*args), rtol=1e-5, atol=1e-6
+    )
 
 
 @requires_cuda

@@ -26,8 +26,9 @@
 //        asynchronous copies);
 //      * for each chunk of 8 output channels: recomputes the convolution over the region (each
 //        thread 4 positions x 8 channels, an outer product per tap in the accumulation type:
-//        the direct forward kernel's arithmetic; dy is centred on the forward's channel means,
-//        exact in float32 training: exact_channel_means) and stores dy
+//        the direct forward kernel's arithmetic; dy is centred on the forward's channel means:
+//        the direct kernel's, or exact where the tensor-core kernel ran, exact_channel_means)
+//        and stores dy
 //        there; adds the box's input gradient
 //          dx[ci, p] += sum over taps k with p = s * stride - padding + k * dilation, and the
 //                       8 channels c, of w[c, ci, k] * dy[c, s]

@@ -66,8 +66,10 @@ FootprintPitches footprint_pitches(int64_t FD, int64_t FH, int64_t FW, bool padd
   return FootprintPitches{row, plane, pitch_with_residue(FD * plane, multiple, 24, 24)};
 }
 
-OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind dtype,
-                                                size_t smem_limit, bool tensor_cores, bool wgmma) {
+namespace {
+
+OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_limit,
+                         bool tensor_cores, bool wgmma) {
   OnePassPlan plan;
   if (s.groups <= 0 || s.C_in % s.groups != 0 || s.C_out % s.groups != 0 || s.N <= 0 || s.Do <= 0 ||
       s.Ho <= 0 || s.Wo <= 0) {
@@ -188,6 +190,19 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
   // Per tile, a (mean, M2) pair of doubles per channel of the chunk.
   plan.workspace_bytes = static_cast<size_t>(plan.tiles * plan.cb) * 2 * sizeof(double);
   plan.supported = true;
+  return plan;
+}
+
+}  // namespace
+
+OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind dtype,
+                                                size_t smem_limit, bool tensor_cores, bool wgmma) {
+  const OnePassPlan plan = plan_onepass(s, dtype, smem_limit, tensor_cores, wgmma);
+  if (!plan.supported && plan.tensor_cores) {
+    // (A footprint that the tensor-core kernel's two buffers cannot hold may fit the direct
+    // kernel's one.)
+    return plan_onepass(s, dtype, smem_limit, false, wgmma);
+  }
   return plan;
 }
 
