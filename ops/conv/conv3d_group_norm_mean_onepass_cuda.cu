@@ -1036,8 +1036,8 @@ __device__ __forceinline__ TapPositions tap_positions(int64_t k, int64_t in, int
   return {first, last, stride};
 }
 
-// The lanes that share an input row in exact_means_rows_kernel: the fewest powers of two that
-// give each at most 4 of its values (32 for rows of 128 or more).
+// The lanes that share an input row in exact_means_rows_kernel: the smallest power of two that
+// leaves each lane at most 4 of the row's values (32 for rows longer than 128, which loop).
 inline int exact_means_row_lanes(int64_t W) {
   int lanes = 1;
   while (lanes < kWarpSize && lanes * 4 < W) {
