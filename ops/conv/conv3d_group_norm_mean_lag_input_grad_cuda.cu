@@ -49,13 +49,12 @@ struct LagArgs {
   conv::LagInputGradPlan plan;
   const void* coefficients;  // [N][C_out][3] of acc_t: alpha, m0, gamma
   const void* mu;            // [N][C_in] of acc_t
-  // With segment tables: [groups][segments_per_group][K * K] (Q) and [...][table_elems].
-  double* segment_products;
-  double* segment_tables;
-  double* products;  // without them: [items_per_chunk][K * K], the chunk's items' Q
-  void* tables;      // [items_per_chunk][table_elems] of acc_t
-  void* constants;   // [N * groups][patterns][4] of acc_t
-  int64_t item0;     // the chunk's first item: n * groups + conv group
+  // With segment tables: [groups][segments_per_group][table_elems] (their Q reach the products
+  // and tables kernels as arguments, as do the items' without them).
+  const double* segment_tables;
+  void* tables;     // [items_per_chunk][table_elems] of acc_t
+  void* constants;  // [N * groups][patterns][4] of acc_t
+  int64_t item0;    // the chunk's first item: n * groups + conv group
 };
 
 constexpr int kSpanMax = static_cast<int>(conv::kLagMaxSpan);
@@ -784,8 +783,7 @@ cudaError_t lag_input_grad_launch(const conv::Conv3dGroupNormMeanBackwardParams&
     return cudaErrorInvalidValue;
   }
   const LagWorkspace ws = carve_lag<T>(p, plan, workspace);
-  LagArgs args{p,           plan,      coefficients, mu, ws.segment_products, ws.segment_tables,
-               ws.products, ws.tables, ws.constants, 0};
+  LagArgs args{p, plan, coefficients, mu, ws.segment_tables, ws.tables, ws.constants, 0};
   const conv::Conv3dShape& s = p.conv;
   const int64_t items = s.N * s.groups;
   FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(

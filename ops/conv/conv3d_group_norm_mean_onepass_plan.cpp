@@ -49,6 +49,13 @@ int64_t pitch_with_residue(int64_t at_least, int64_t multiple, int64_t lo, int64
   return p;
 }
 
+// A problem the backward's kernels can plan at all: every input and output size positive, and
+// the channels split evenly by the conv groups.
+bool nonempty_grouped(const Conv3dShape& s) {
+  return s.groups > 0 && s.C_in % s.groups == 0 && s.C_out % s.groups == 0 && s.N > 0 && s.Do > 0 &&
+         s.Ho > 0 && s.Wo > 0 && s.D > 0 && s.H > 0 && s.W > 0;
+}
+
 }  // namespace
 
 size_t onepass_tensor_core_weight_bytes(int64_t k_pad, int64_t cb, bool wgmma) {
@@ -222,8 +229,7 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
                                                                  ScalarKind dtype,
                                                                  size_t smem_limit) {
   OnePassBackwardPlan plan;
-  if (s.groups <= 0 || s.C_in % s.groups != 0 || s.C_out % s.groups != 0 || s.N <= 0 || s.Do <= 0 ||
-      s.Ho <= 0 || s.Wo <= 0 || s.D <= 0 || s.H <= 0 || s.W <= 0) {
+  if (!nonempty_grouped(s)) {
     return plan;
   }
   const size_t acc_bytes = dtype == ScalarKind::kDouble ? 8 : 4;
@@ -331,9 +337,7 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
                                                             size_t smem_limit,
                                                             int64_t multiprocessors) {
   LagInputGradPlan plan;
-  if (s.groups <= 0 || s.C_in % s.groups != 0 || s.C_out % s.groups != 0 || s.N <= 0 || s.Do <= 0 ||
-      s.Ho <= 0 || s.Wo <= 0 || s.D <= 0 || s.H <= 0 || s.W <= 0 || num_groups <= 0 ||
-      s.C_out % num_groups != 0) {
+  if (!nonempty_grouped(s) || num_groups <= 0 || s.C_out % num_groups != 0) {
     return plan;
   }
   const int64_t in[3] = {s.D, s.H, s.W}, out[3] = {s.Do, s.Ho, s.Wo}, k[3] = {s.kD, s.kH, s.kW};
@@ -464,8 +468,7 @@ GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShap
                                                                 ScalarKind dtype,
                                                                 size_t smem_limit) {
   GramWeightGradPlan plan;
-  if (s.groups <= 0 || s.C_in % s.groups != 0 || s.C_out % s.groups != 0 || s.N <= 0 || s.Do <= 0 ||
-      s.Ho <= 0 || s.Wo <= 0 || s.D <= 0 || s.H <= 0 || s.W <= 0 || dtype == ScalarKind::kDouble) {
+  if (!nonempty_grouped(s) || dtype == ScalarKind::kDouble) {
     return plan;  // (float sums: the double kernel would spill its accumulators)
   }
   const int64_t in[3] = {s.D, s.H, s.W}, out[3] = {s.Do, s.Ho, s.Wo}, k[3] = {s.kD, s.kH, s.kW};
