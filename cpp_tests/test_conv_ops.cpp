@@ -408,7 +408,13 @@ TEST_CASE("lag input gradient: tap ranges match a brute-force count", "[conv][cp
               }
             }
             const fused_ops::conv::TapRange r = fused_ops::conv::lag_tap_range(p, out, k, pad, dil);
+            // (the kernels' 32-bit instance)
+            const fused_ops::conv::TapRange r32 = fused_ops::conv::lag_tap_range<int>(
+                static_cast<int>(p), static_cast<int>(out), static_cast<int>(k),
+                static_cast<int>(pad), static_cast<int>(dil));
             INFO("k " << k << " dil " << dil << " pad " << pad << " in " << in << " p " << p);
+            CHECK(r32.lo == r.lo);
+            CHECK(r32.hi == r.hi);
             if (lo < 0) {
               CHECK(r.lo > r.hi);
             } else {

@@ -512,44 +512,61 @@ __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs 
   const int low_out = k1w * dil_w;  // edge slots [0, low_out) and [reach_w + low_out, 2 reach_w)
   const float* parts =
       a.partials + static_cast<int64_t>(blockIdx.y) * plan.pieces * plan.piece_floats + offset;
-  const auto piece_value = [&](int64_t piece) {
-    const float* v = parts + piece * plan.piece_floats;
-    double sum = static_cast<double>(v[0]);
+  // Each piece's value (its total minus its edge lanes outside the box, in that order) goes
+  // to the boxes it counts for: a bulk piece of D-class c to those inside c (mask_d), an edge
+  // piece of D-class c and H-class h, subtracted, to those inside c but outside h. The pieces in
+  // order, kBatch at a time with each edge slot's loads of the batch issued together (one piece
+  // at a time, each load's latency was the kernel's: 12 of its 17 cycles per instruction).
+  constexpr int kBatch = 4;
+  const int h_chunks = static_cast<int>(plan.h_chunks), edges = static_cast<int>(plan.edge_classes);
+  const int pieces = static_cast<int>(plan.pieces),
+            bulk_pieces = static_cast<int>(plan.bulk_pieces);
+  double box[conv::kGramMaxTaps][conv::kGramMaxTaps] = {};
+  for (int first = 0; first < pieces; first += kBatch) {
+    const float* v[kBatch];
+    double value[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      v[u] = parts + static_cast<int64_t>(min(first + u, pieces - 1)) * plan.piece_floats;
+      value[u] = static_cast<double>(v[u][0]);
+    }
     for (int e = 0; e < low_out; ++e) {
-      sum -= static_cast<double>(v[values * (1 + e)]);
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        value[u] -= static_cast<double>(v[u][values * (1 + e)]);
+      }
     }
     for (int e = reach_w + low_out; e < edge_lanes; ++e) {
-      sum -= static_cast<double>(v[values * (1 + e)]);
-    }
-    return sum;
-  };
-  double box[conv::kGramMaxTaps][conv::kGramMaxTaps] = {};
-  const int h_chunks = static_cast<int>(plan.h_chunks), edges = static_cast<int>(plan.edge_classes);
-  for (int c = 0; c < plan.classes[0]; ++c) {
-    const unsigned mask_d = plan.box_mask[0][c];
-    double bulk = 0.0;
-    for (int piece = plan.d_chunk_begin[c] * h_chunks; piece < plan.d_chunk_begin[c + 1] * h_chunks;
-         ++piece) {
-      bulk += piece_value(piece);
-    }
 #pragma unroll
-    for (int k1d = 0; k1d < conv::kGramMaxTaps; ++k1d) {
-#pragma unroll
-      for (int k1h = 0; k1h < conv::kGramMaxTaps; ++k1h) {
-        box[k1d][k1h] += ((mask_d >> k1d) & 1) != 0 ? bulk : 0.0;
+      for (int u = 0; u < kBatch; ++u) {
+        value[u] -= static_cast<double>(v[u][values * (1 + e)]);
       }
     }
-    for (int e = 0; e < edges; ++e) {
-      const unsigned mask_h = plan.box_mask[1][plan.edge_class[e]];
-      double edge = 0.0;
-      for (int chunk = plan.edge_chunk_begin[c]; chunk < plan.edge_chunk_begin[c + 1]; ++chunk) {
-        edge += piece_value(plan.bulk_pieces + static_cast<int64_t>(chunk) * edges + e);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int piece = first + u;
+      if (piece >= pieces) {
+        break;
       }
+      // The piece's D chunk, D-class and (edge pieces) H-class.
+      const bool edge = piece >= bulk_pieces;
+      const int chunk = edge ? (piece - bulk_pieces) / edges : piece / h_chunks;
+      const int32_t* chunk_begin = edge ? plan.edge_chunk_begin : plan.d_chunk_begin;
+      int c = 0;
+      while (chunk >= chunk_begin[c + 1]) {
+        ++c;
+      }
+      const unsigned mask_d = plan.box_mask[0][c];
+      const unsigned mask_h =
+          edge ? plan.box_mask[1][plan.edge_class[(piece - bulk_pieces) % edges]] : ~0u;
+      const double signed_value = edge ? -value[u] : value[u];
 #pragma unroll
       for (int k1d = 0; k1d < conv::kGramMaxTaps; ++k1d) {
 #pragma unroll
         for (int k1h = 0; k1h < conv::kGramMaxTaps; ++k1h) {
-          box[k1d][k1h] -= ((mask_d >> k1d) & 1) != 0 && ((mask_h >> k1h) & 1) == 0 ? edge : 0.0;
+          const bool counts =
+              ((mask_d >> k1d) & 1) != 0 && (edge ? ((mask_h >> k1h) & 1) == 0 : true);
+          box[k1d][k1h] += counts ? signed_value : 0.0;
         }
       }
     }

@@ -22,20 +22,19 @@
 //    segments' tables instead of 128 samples').
 // 4. lag_input_grad_kernel: a block per tile of 32 (W: lanes) x 8 (H: warps) x R (D) input
 //    positions: D cut into columns of 8 from 0, the rest into 4, 2, 1. The tile's centred
-//    footprint (c_in_g x (R + 4) x FH x FW) sits in shared memory; a thread keeps its column's
-//    R x c_in_g sums in registers and, per input channel b and lag (dh, dw), loads the R + 4
-//    footprint values of its column and one table row (5 x c_in_g values by 16-byte loads: the
-//    same row for the whole warp unless its positions' tap ranges differ along W), then does
-//    R x 5 x c_in_g multiply-adds (headline: 8 x 5 x 3 = 120 per 12 shared and 4 global
-//    loads). The column's table is that of its middle plane's tap range along D; the first and
-//    last two planes, the only ones whose range can differ, take their own table's row where it
-//    does (the correction slots).
+//    footprint (c_in_g x FH x FW columns of R + 4 planes, D innermost) sits in shared memory; a
+//    thread keeps its column's R x c_in_g sums in registers and, per input channel b and lag
+//    (dh, dw), loads the R + 4 footprint values of its column and one table row (5 x c_in_g
+//    values; both by 16-byte loads, the row the same for the whole warp unless its positions'
+//    tap ranges differ along W), then does R x 5 x c_in_g multiply-adds (headline:
+//    8 x 5 x 3 = 120 per 3 shared and 4 global loads). The column's table is that of its middle
+//    plane's tap range along D; the first and last two planes, the only ones whose range can
+//    differ, take their own table's row where it does (the correction slots).
 // No atomics: every element is written once, by one thread, its sum in a fixed order.
 #include "common/cuda/device_info.cuh"
 #include "common/cuda/launch_utils.cuh"
 #include "common/cuda/scalar_ops.cuh"
 #include "conv/conv3d_group_norm_mean_lag_input_grad.cuh"
-#include "conv/conv_input_box.cuh"
 
 #include <algorithm>
 #include <type_traits>
@@ -342,8 +341,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-constexpr int kCombineItems = 32;     // items per block of lag_combine_kernel
+// Items per block of lag_combine_kernel: 24 (not 32) leaves registers for kCombineBatch
+// segments' elements in flight; 3 blocks per SM (80 registers, a few bytes spilled) measured
+// 0.084 ms a step against 0.089 at 2 (96 registers) at the Conv3d headline (H100, 2026-11-26).
+constexpr int kCombineItems = 24;
 constexpr int kCombineSegments = 16;  // segments' alphas in shared memory at a time
+constexpr int kCombineBatch = 4;      // segments' elements loaded at once
 
 // The tables of the chunk's items of conv group blockIdx.z (every groups-th item) from the
 // segment tables: per table element (a thread each) and item, the sum over the segments of
@@ -351,7 +354,7 @@ constexpr int kCombineSegments = 16;  // segments' alphas in shared memory at a 
 // times the segment's element, in double and segment order. A block takes kCombineItems items
 // (blockIdx.y), each segment element loaded once for all of them.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) lag_combine_kernel(const LagArgs a, int count) {
+__global__ void __launch_bounds__(kThreads, 3) lag_combine_kernel(const LagArgs a, int count) {
   using acc_t = typename ScalarOps<T>::acc_t;
   const conv::Conv3dShape& s = a.p.conv;
   __shared__ __align__(16) double alpha_s[kCombineSegments][kCombineItems];
@@ -386,14 +389,26 @@ __global__ void __launch_bounds__(kThreads) lag_combine_kernel(const LagArgs a, 
     }
     __syncthreads();
     if (e < elems) {
-      for (int k = k0; k < min(segments, k0 + kCombineSegments); ++k) {
-        const double value = __ldg(seg_elems + k * elems);
-        const double2* alpha = reinterpret_cast<const double2*>(alpha_s[k - k0]);
+      const int k_end = min(segments, k0 + kCombineSegments);
+      // kCombineBatch segments' elements loaded together (one at a time, each load's latency
+      // was the kernel's), then their products in segment order.
+      for (int k1 = k0; k1 < k_end; k1 += kCombineBatch) {
+        double value[kCombineBatch];
 #pragma unroll
-        for (int t = 0; t < kCombineItems; t += 2) {
-          const double2 pair = alpha[t / 2];
-          sums[t] += pair.x * value;
-          sums[t + 1] += pair.y * value;
+        for (int u = 0; u < kCombineBatch; ++u) {
+          value[u] = k1 + u < k_end ? __ldg(seg_elems + (k1 + u) * elems) : 0.0;
+        }
+#pragma unroll
+        for (int u = 0; u < kCombineBatch; ++u) {
+          if (k1 + u < k_end) {
+            const double2* alpha = reinterpret_cast<const double2*>(alpha_s[k1 + u - k0]);
+#pragma unroll
+            for (int t = 0; t < kCombineItems; t += 2) {
+              const double2 pair = alpha[t / 2];
+              sums[t] += pair.x * value[u];
+              sums[t + 1] += pair.y * value[u];
+            }
+          }
         }
       }
     }
@@ -427,19 +442,108 @@ __device__ __forceinline__ void load_row(const double* __restrict__ src, double 
   }
 }
 
-// The D tap range's pattern of input plane d.
+// A hint that the line at p will be read soon: to L1 (no register, no fault).
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
+constexpr int kPrefetchLags = 2;
+
+// The D tap range's pattern of input plane d (dilation 1 along D: the family).
 __device__ __forceinline__ int d_pattern(const conv::LagInputGradPlan& plan,
                                          const conv::Conv3dShape& s, int d) {
-  const conv::TapRange r = conv::lag_tap_range(d, s.Do, s.kD, s.padding[0], 1);
+  const conv::TapRange r = conv::lag_tap_range<int>(
+      d, static_cast<int>(s.Do), static_cast<int>(s.kD), static_cast<int>(s.padding[0]), 1);
   return plan.pattern_id[0][r.lo * conv::kLagMaxTaps + r.hi];
 }
 
-// A thread's column of the footprint: kColumn values `plane` elements apart.
-template <int kColumn, typename acc_t>
-__device__ __forceinline__ void load_column(const acc_t* col, int plane, acc_t (&xv)[kColumn]) {
+// A footprint column's kColumn values (D planes), contiguous from `col`, 16-byte aligned (the
+// column's pitch, kPitch, a multiple of 4): float32 sums by 16-byte loads.
+template <int kColumn, int kPitch>
+__device__ __forceinline__ void load_column(const float* col, float (&xv)[kColumn]) {
+#pragma unroll
+  for (int q = 0; q < kPitch / 4; ++q) {
+    const float4 t = reinterpret_cast<const float4*>(col)[q];
+    const float v[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (4 * q + i < kColumn) {
+        xv[4 * q + i] = v[i];
+      }
+    }
+  }
+}
+template <int kColumn, int kPitch>
+__device__ __forceinline__ void load_column(const double* col, double (&xv)[kColumn]) {
 #pragma unroll
   for (int i = 0; i < kColumn; ++i) {
-    xv[i] = col[i * plane];
+    xv[i] = col[i];
+  }
+}
+
+// The tile's centred footprint into x_s, a column of kColumn D planes per (b, fh, fw), D
+// innermost, kPitch apart: x_s[((b * FH + fh) * FW + fw) * kPitch + fd] = x - mu inside the
+// input, -mu in the padding (and 0 in a column's pitch padding). A thread per column: its
+// kColumn loads in flight at once, then stored by 16-byte stores (a warp's columns are 16-byte
+// vectors kPitch floats apart: conflict-free for kPitch = 12, 2-way for 8). The main loop then
+// reads a column by kPitch / 4 such loads; with W innermost (cp.async of single elements) the
+// staging was ~20% of the kernel's instructions and a column took kColumn loads.
+template <typename T, int kCi, int kColumn, int kPitch>
+__device__ __forceinline__ void stage_centred_footprint(
+    const T* __restrict__ sample, const typename ScalarOps<T>::acc_t* __restrict__ mu,
+    typename ScalarOps<T>::acc_t* x_s, const conv::Conv3dShape& s, int id0, int ih0, int iw0,
+    int FH, int FW) {
+  using acc_t = typename ScalarOps<T>::acc_t;
+  const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);
+  const int HW = H * W;  // (a channel's offsets fit in int: the plan checks D * H * W)
+  const int64_t DHW = static_cast<int64_t>(D) * HW;
+  const int columns = kCi * FH * FW;
+  // Column q = (b * FH + fh) * FW + fw, its indices advanced by carries (divisions by the
+  // runtime FW and FH were most of this loop's instructions).
+  const int step_w = kThreads % FW, step_h = kThreads / FW;
+  int fw = static_cast<int>(threadIdx.x) % FW, fh = static_cast<int>(threadIdx.x) / FW, b = 0;
+  while (fh >= FH) {
+    fh -= FH;
+    ++b;
+  }
+  for (int q = threadIdx.x; q < columns; q += kThreads) {
+    const int ih = ih0 + fh, iw = iw0 + fw;
+    const bool hw_inside = static_cast<unsigned>(ih) < static_cast<unsigned>(H) &&
+                           static_cast<unsigned>(iw) < static_cast<unsigned>(W);
+    const T* channel = sample + b * DHW;
+    const int offset = ih * W + iw;
+    const acc_t m = mu[b];
+    acc_t v[kPitch];
+#pragma unroll
+    for (int i = 0; i < kPitch; ++i) {
+      const int id = id0 + i;
+      acc_t value = acc_t(0);
+      if (i < kColumn && hw_inside && static_cast<unsigned>(id) < static_cast<unsigned>(D)) {
+        value = ScalarOps<T>::to_acc(channel[id * HW + offset]);
+      }
+      v[i] = i < kColumn ? value - m : acc_t(0);
+    }
+    acc_t* dst = x_s + q * kPitch;
+    if constexpr (std::is_same_v<acc_t, float>) {
+#pragma unroll
+      for (int i = 0; i < kPitch; i += 4) {
+        *reinterpret_cast<float4*>(dst + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPitch; ++i) {
+        dst[i] = v[i];
+      }
+    }
+    fw += step_w;
+    fh += step_h;
+    if (fw >= FW) {
+      fw -= FW;
+      ++fh;
+    }
+    while (fh >= FH) {
+      fh -= FH;
+      ++b;
+    }
   }
 }
 
@@ -464,6 +568,7 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
   using acc_t = typename ScalarOps<T>::acc_t;
   constexpr int kSpanD = kSpanMax;  // kD = 3 (the family)
   constexpr int kColumn = kR + kSpanD - 1;
+  constexpr int kPitch = (kColumn + 3) / 4 * 4;  // (the plan's footprint bytes: 12 at kR = 8)
   constexpr int kRow = (kSpanD * kCi + 3) / 4 * 4;
   const conv::Conv3dShape& s = a.p.conv;
   const conv::LagInputGradPlan& plan = a.plan;
@@ -479,34 +584,21 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
   // The centred footprint: x - mu inside the input, -mu in the padding and beyond.
   acc_t* x_s = reinterpret_cast<acc_t*>(smem);
   const T* sample = static_cast<const T*>(a.p.x) + (n * s.C_in + g * kCi) * DHW;
-  const InputBox box{kCi,
-                     d0 - (kSpanD - 1) / 2,
-                     h0 - static_cast<int>(s.kH - 1) * dil_h,
-                     w0 - static_cast<int>(s.kW - 1) * dil_w,
-                     kColumn,
-                     FH,
-                     FW};
-  load_footprint<T, acc_t>(sample, x_s, s, box, false);
   const acc_t* mu = static_cast<const acc_t*>(a.mu) + n * s.C_in + g * kCi;
-  const int plane = kColumn * FH * FW;
-  cp_async_wait_all();
-  __syncthreads();
-#pragma unroll
-  for (int b = 0; b < kCi; ++b) {
-    const acc_t m = mu[b];
-    for (int i = threadIdx.x; i < plane; i += kThreads) {
-      x_s[b * plane + i] -= m;
-    }
-  }
+  stage_centred_footprint<T, kCi, kColumn, kPitch>(sample, mu, x_s, s, d0 - (kSpanD - 1) / 2,
+                                                   h0 - static_cast<int>(s.kH - 1) * dil_h,
+                                                   w0 - static_cast<int>(s.kW - 1) * dil_w, FH, FW);
   __syncthreads();
 
   const int tw = threadIdx.x % kTileW, th = threadIdx.x / kTileW;
   const int h = h0 + th, w = w0 + tw;
   // (Threads past the input's end take the last position's pattern and store nothing.)
   const conv::TapRange rh =
-      conv::lag_tap_range(min(h, H - 1), s.Ho, s.kH, s.padding[1], s.dilation[1]);
+      conv::lag_tap_range<int>(min(h, H - 1), static_cast<int>(s.Ho), static_cast<int>(s.kH),
+                               static_cast<int>(s.padding[1]), dil_h);
   const conv::TapRange rw =
-      conv::lag_tap_range(min(w, W - 1), s.Wo, s.kW, s.padding[2], s.dilation[2]);
+      conv::lag_tap_range<int>(min(w, W - 1), static_cast<int>(s.Wo), static_cast<int>(s.kW),
+                               static_cast<int>(s.padding[2]), dil_w);
   const int ph = plan.pattern_id[1][rh.lo * conv::kLagMaxTaps + rh.hi];
   const int pw = plan.pattern_id[2][rw.lo * conv::kLagMaxTaps + rw.hi];
   const int hw_patterns = static_cast<int>(plan.patterns[1] * plan.patterns[2]);
@@ -541,17 +633,18 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
       acc[j][c] = acc_t(0);
     }
   }
-  const int plane_hw = FH * FW;
+  const acc_t* rows_end = trow + kCi * span_h * span_w * kRow;  // (the column's pattern's)
   // Every lag's table row and footprint column, in the tables' order (input channel, h lag,
   // w lag): visit(row, column).
   const auto for_each_lag = [&](auto&& visit) {
     const acc_t* row = trow;
     for (int b = 0; b < kCi; ++b) {
       for (int sh = 0; sh < span_h; ++sh) {
-        const acc_t* col_row = x_s + (b * kColumn * FH + th + sh * dil_h) * FW + tw;
+        const acc_t* col = x_s + ((b * FH + th + sh * dil_h) * FW + tw) * kPitch;
         for (int sw = 0; sw < span_w; ++sw) {
-          visit(row, col_row + sw * dil_w);
+          visit(row, col);
           row += kRow;
+          col += dil_w * kPitch;
         }
       }
     }
@@ -564,6 +657,14 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
     constexpr int kOwn0 = kPair == 2 ? kHigh0 : 0;
     constexpr int kOwn1 = kPair == 2 ? kHigh1 : (kR >= 2 ? 1 : 0);
     for_each_lag([&](const acc_t* row, const acc_t* col) {
+      // The rows kPrefetchLags lags on towards L1 (the loads below then wait for L1, not L2).
+      if (row + kPrefetchLags * kRow < rows_end) {
+        prefetch_l1(row + kPrefetchLags * kRow);
+        if constexpr (kPair != 0) {
+          prefetch_l1(row + main0 + kPrefetchLags * kRow);
+          prefetch_l1(row + main1 + kPrefetchLags * kRow);
+        }
+      }
       acc_t tv[kRow], own0[kRow], own1[kRow];
       load_row<kRow>(row, tv);
       if constexpr (kPair != 0) {
@@ -571,7 +672,7 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
         load_row<kRow>(row + main1, own1);
       }
       acc_t xv[kColumn];
-      load_column(col, plane_hw, xv);
+      load_column<kColumn, kPitch>(col, xv);
 #pragma unroll
       for (int sd = 0; sd < kSpanD; ++sd) {
 #pragma unroll
@@ -602,7 +703,7 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
       load_row<kRow>(row + high0, own0);
       load_row<kRow>(row + high1, own1);
       acc_t xv[kColumn];
-      load_column(col, plane_hw, xv);
+      load_column<kColumn, kPitch>(col, xv);
       add_row_difference<kHigh0>(acc, own0, tv, xv);
       add_row_difference<kHigh1>(acc, own1, tv, xv);
     });

@@ -1014,11 +1014,11 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
 //   m0[n, c] = 1/S * sum over b, taps k of w[c, b, k] * X[n, b, k],
 //   X[n, b, k] = sum over outputs s of x[n, b, s * stride - padding + k * dilation]
 // (0 outside the input), and X is separable: per dim, the input positions tap k reaches. In
-// double, in a fixed order: rows along W (lanes along W, up to 4 values each, then a butterfly
-// per W tap), then along H and D (a thread per sum), then the products with the weights (a
-// thread per (n, c)). The backward's dy = alpha * (y0 - m0) + gamma sums over every output
-// position, so a channel mean of other rounding than y0's leaves an error that grows with S (the
-// tensor-core moments' mean gave the weight gradient 2.6x eager's error); these do not.
+// double, in a fixed order: rows along W (a lane per row up to 32 values, longer rows shared by
+// lanes, then a butterfly per W tap), then along H and D (a thread per sum), then the products with
+// the weights (a thread per (n, c)). The backward's dy = alpha * (y0 - m0) + gamma sums over every
+// output position, so a channel mean of other rounding than y0's leaves an error that grows with S
+// (the tensor-core moments' mean gave the weight gradient 2.6x eager's error); these do not.
 
 // The input positions tap k reads along a dim (one per output): first, first + stride, ...
 // up to last (none where first > last).
@@ -1036,18 +1036,25 @@ __device__ __forceinline__ TapPositions tap_positions(int64_t k, int64_t in, int
   return {first, last, stride};
 }
 
-// The lanes that share an input row in exact_means_rows_kernel: the smallest power of two that
-// leaves each lane at most 4 of the row's values (32 for rows longer than 128, which loop).
+// The lanes that share an input row in exact_means_rows_kernel: the fewest (a power of two)
+// that leave each lane at most kExactRowValues of the row's values, so a lane per row up to
+// W = 32 (rows longer than 32 x 32 loop). With 8 lanes of 4 values each (the first version) the
+// kernel issued ~150 instructions per row of 32 (0.052 ms at the Conv3d headline, H100,
+// 2026-11-26): the tap tests and the butterflies per row, where a lane per row pays the tests
+// once per 32 rows and needs no butterfly.
+constexpr int kExactRowValues = 32;
 inline int exact_means_row_lanes(int64_t W) {
   int lanes = 1;
-  while (lanes < kWarpSize && lanes * 4 < W) {
+  while (lanes < kWarpSize && lanes * kExactRowValues < W) {
     lanes *= 2;
   }
   return lanes;
 }
 
 // rows[(n * C_in + b) * D * H + row][kw]: each input row's sum over the positions W tap kw
-// reads; `lanes` lanes per row (32 / lanes rows a warp), then a butterfly per tap.
+// reads; `lanes` lanes per row (32 / lanes rows a warp), each loading kExactRowValues values once
+// for every tap (by 16-byte loads where a lane holds a whole 16-byte-aligned row) and summing
+// them in a fixed order, then a butterfly per tap.
 __global__ void __launch_bounds__(kThreads)
     exact_means_rows_kernel(const KernelArgs a, int lanes, double* rows) {
   const conv::Conv3dShape& s = a.p.conv;
@@ -1059,16 +1066,43 @@ __global__ void __launch_bounds__(kThreads)
   const bool valid = row < s.N * s.C_in * s.D * s.H;  // (every lane takes part in the butterflies)
   const int W = static_cast<int>(s.W);
   const float* x = static_cast<const float*>(a.p.x) + (valid ? row : 0) * s.W;
+  const bool vectors = lanes == 1 && W % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  float v[kExactRowValues];  // the lane's values w0 + sub + j * lanes of chunk w0 (0 past the row)
+  int loaded = -1;           // w0 of the chunk in v: rows of at most lanes x 32 load once
   for (int64_t kw = 0; kw < s.kW; ++kw) {
     const TapPositions tw = tap_positions(kw, s.W, s.Wo, s.stride[2], s.padding[2], s.dilation[2]);
     const int first = static_cast<int>(tw.first), last = static_cast<int>(tw.last);
     const int stride = static_cast<int>(tw.stride);
-    double sum = 0.0;
-    for (int w = sub; valid && w < W; w += lanes) {
-      if (w >= first && w <= last && (stride == 1 || (w - first) % stride == 0)) {
-        sum += static_cast<double>(__ldg(x + w));
+    // Four interleaved sums (value j to sum j % 4), added in a fixed order at the end: a
+    // quarter of one chain's dependent double adds.
+    double sums[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int w0 = 0; valid && w0 < W; w0 += lanes * kExactRowValues) {
+      if (w0 != loaded) {
+        loaded = w0;
+        if (vectors) {
+#pragma unroll
+          for (int q = 0; q < kExactRowValues / 4; ++q) {
+            const float4 t = w0 + 4 * q < W ? __ldg(reinterpret_cast<const float4*>(x + w0) + q)
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+            v[4 * q] = t.x, v[4 * q + 1] = t.y, v[4 * q + 2] = t.z, v[4 * q + 3] = t.w;
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < kExactRowValues; ++j) {
+            const int w = w0 + sub + j * lanes;
+            v[j] = w < W ? __ldg(x + w) : 0.f;
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kExactRowValues; ++j) {
+        const int w = w0 + sub + j * lanes;
+        if (w >= first && w <= last && (stride == 1 || (w - first) % stride == 0)) {
+          sums[j % 4] += static_cast<double>(v[j]);
+        }
       }
     }
+    double sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
     sum = subwarp_allreduce_sum(sum, lanes);
     if (valid && sub == 0) {
       rows[row * s.kW + kw] = sum;

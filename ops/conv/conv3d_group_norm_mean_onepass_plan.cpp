@@ -393,6 +393,8 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
   plan.FH = kLagTileH + (plan.span[1] - 1) * s.dilation[1];
   plan.FW = kLagTileW + (plan.span[2] - 1) * s.dilation[2];
   const size_t acc_bytes = dtype == ScalarKind::kDouble ? 8 : 4;
+  // (c_in_g x FH x FW columns of a tile's planes, 8 + 4 at most; the shallower tiles' columns
+  // of 5 or 6 are padded to 8 for 16-byte loads, within that.)
   plan.smem_bytes =
       static_cast<size_t>(plan.c_in_g * (kLagMaxTileD + plan.span[0] - 1) * plan.FH * plan.FW) *
       acc_bytes;
@@ -454,7 +456,11 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
   // grid dims of at most 65535.)
   constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
   const int64_t table_threads = P * plan.c_in_g * plan.span[0] * plan.span[1] * plan.span[2];
-  if (s.D * s.H * s.W > kMax32 || s.N * s.C_in > kMax32 ||
+  bool ranges_fit = true;  // (the kernels' tap ranges in int: lag_tap_range)
+  for (int d = 0; d < 3; ++d) {
+    ranges_fit = ranges_fit && out[d] + s.padding[d] <= kMax32;
+  }
+  if (!ranges_fit || s.D * s.H * s.W > kMax32 || s.N * s.C_in > kMax32 ||
       plan.items_per_chunk * plan.table_elems > kMax32 || plan.w_tiles * plan.h_tiles > kMax32 ||
       plan.d_tiles > 65535 || ceil_div(table_threads, 256) > 65535 ||
       (plan.segment_tables && s.groups > 65535)) {

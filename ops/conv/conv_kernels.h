@@ -254,15 +254,17 @@ constexpr int64_t kLagTileW = 32, kLagTileH = 8, kLagMaxTileD = 8;
 struct TapRange {
   int lo, hi;
 };
-FUSED_OPS_HOST_DEVICE TapRange lag_tap_range(int64_t p, int64_t out, int64_t k, int64_t padding,
-                                             int64_t dilation) {
-  const int64_t top = p + padding;  // the output of tap 0
-  int64_t hi = top / dilation;
+// In I's arithmetic: the plan's in int64_t, the kernels' in int (a 64-bit division is a
+// subroutine call of tens of instructions; the plan checks that out + padding fits in int).
+template <typename I>
+FUSED_OPS_HOST_DEVICE TapRange lag_tap_range(I p, I out, I k, I padding, I dilation) {
+  const I top = p + padding;  // the output of tap 0
+  I hi = top / dilation;
   if (hi > k - 1) {
     hi = k - 1;
   }
-  const int64_t past = top - (out - 1);  // > 0: the first taps' outputs lie past the end
-  const int64_t lo = past <= 0 ? 0 : (past + dilation - 1) / dilation;
+  const I past = top - (out - 1);  // > 0: the first taps' outputs lie past the end
+  const I lo = past <= 0 ? 0 : (past + dilation - 1) / dilation;
   if (lo > hi) {
     return TapRange{1, 0};
   }
