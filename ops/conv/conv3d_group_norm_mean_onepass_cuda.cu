@@ -1153,10 +1153,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t g = c / a.plan.c_out_g;
   const float* w = static_cast<const float*>(a.p.weight) + c * K;
   const double* X = taps + (n * s.C_in + g * a.plan.c_in_g) * (K / a.plan.c_in_g);
-  double sum = 0.0;
-  for (int64_t j = 0; j < K; ++j) {
-    sum += static_cast<double>(__ldg(w + j)) * X[j];
-  }
+  const double sum =
+      interleaved_sum(K, [&](int64_t j) { return static_cast<double>(__ldg(w + j)) * X[j]; });
   means[i] = sum / static_cast<double>(s.Do * s.Ho * s.Wo);
 }
 
