@@ -673,4 +673,14 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
   for (const auto& s : outside) {
     CHECK_FALSE(plan_for(s, 2, ScalarKind::kFloat, kH100).supported);
   }
+  // Padding whose output extent plus padding passes int (the kernels' tap ranges are computed
+  // in int): outside; a large one within int stays in.
+  CHECK_FALSE(plan_for(stride1_shape({1, 3, 9, 9, 9}, 24, {3, 3, 3}, {0, 0, int64_t{1} << 30},
+                                     {1, 1, 1}, 1),
+                       2, ScalarKind::kFloat, kH100)
+                  .supported);
+  CHECK(plan_for(
+            stride1_shape({1, 3, 9, 9, 9}, 24, {3, 3, 3}, {0, 0, int64_t{1} << 28}, {1, 1, 1}, 1),
+            2, ScalarKind::kFloat, kH100)
+            .supported);
 }
