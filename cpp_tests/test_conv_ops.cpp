@@ -673,12 +673,25 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
   for (const auto& s : outside) {
     CHECK_FALSE(plan_for(s, 2, ScalarKind::kFloat, kH100).supported);
   }
-  // Padding whose output extent plus padding passes int (the kernels' tap ranges are computed
-  // in int): outside; a large one within int stays in.
+  // Sizes whose tap ranges pass int (the kernels compute them in int): outside. Output extent
+  // plus padding; input extent plus padding (a dilation that shrinks the output); a dilation
+  // past int along a dim of one tap (the footprint does not grow with it). A large padding
+  // and a large dilation within int stay in.
   CHECK_FALSE(plan_for(stride1_shape({1, 3, 9, 9, 9}, 24, {3, 3, 3}, {0, 0, int64_t{1} << 30},
                                      {1, 1, 1}, 1),
                        2, ScalarKind::kFloat, kH100)
                   .supported);
+  CHECK_FALSE(plan_for(stride1_shape({1, 1, 1, (int64_t{1} << 31) - 1, 1}, 8, {3, 2, 1}, {1, 2, 0},
+                                     {1, 71, 1}, 1),
+                       2, ScalarKind::kFloat, kH100)
+                  .supported);
+  CHECK_FALSE(plan_for(stride1_shape({2, 3, 8, 16, 30}, 24, {3, 1, 3}, {1, 0, 1},
+                                     {1, int64_t{1} << 32, 1}, 1),
+                       2, ScalarKind::kFloat, kH100)
+                  .supported);
+  CHECK(plan_for(stride1_shape({2, 3, 8, 16, 30}, 24, {3, 1, 3}, {1, 0, 1}, {1, 1 << 20, 1}, 1), 2,
+                 ScalarKind::kFloat, kH100)
+            .supported);
   CHECK(plan_for(
             stride1_shape({1, 3, 9, 9, 9}, 24, {3, 3, 3}, {0, 0, int64_t{1} << 28}, {1, 1, 1}, 1),
             2, ScalarKind::kFloat, kH100)

@@ -400,6 +400,14 @@ EXACT_MEAN_CASES = {
         num_groups=2,
         stride=(1, 1, 3),
     ),
+    # Rows of more than 32 x 32 values: the row sums take two chunks of 32 lanes' values.
+    "rows-over-1024": dict(
+        input_shape=(1, 2, 3, 3, 1100),
+        out_channels=4,
+        kernel_size=(1, 1, 3),
+        num_groups=2,
+        padding=(0, 0, 1),
+    ),
 }
 
 

@@ -442,7 +442,8 @@ __device__ __forceinline__ void load_row(const double* __restrict__ src, double 
   }
 }
 
-// A hint that the line at p will be read soon: to L1 (no register, no fault).
+// A hint that the line at p will be read soon: to L1, without a register (the callers' addresses
+// lie inside the tables).
 __device__ __forceinline__ void prefetch_l1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 }

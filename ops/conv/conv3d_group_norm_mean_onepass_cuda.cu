@@ -1052,9 +1052,9 @@ inline int exact_means_row_lanes(int64_t W) {
 }
 
 // rows[(n * C_in + b) * D * H + row][kw]: each input row's sum over the positions W tap kw
-// reads; `lanes` lanes per row (32 / lanes rows a warp), each loading kExactRowValues values once
-// for every tap (by 16-byte loads where a lane holds a whole 16-byte-aligned row) and summing
-// them in a fixed order, then a butterfly per tap.
+// reads; `lanes` lanes per row (32 / lanes rows a warp), each loading kExactRowValues values
+// (by 16-byte loads where a lane holds a whole 16-byte-aligned row; once for every tap where the
+// row is one chunk, W <= 32 x 32) and summing them in a fixed order, then a butterfly per tap.
 __global__ void __launch_bounds__(kThreads)
     exact_means_rows_kernel(const KernelArgs a, int lanes, double* rows) {
   const conv::Conv3dShape& s = a.p.conv;

@@ -456,9 +456,12 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
   // grid dims of at most 65535.)
   constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
   const int64_t table_threads = P * plan.c_in_g * plan.span[0] * plan.span[1] * plan.span[2];
-  bool ranges_fit = true;  // (the kernels' tap ranges in int: lag_tap_range)
+  // (The kernels compute tap ranges in int, lag_tap_range: a position plus the padding, the
+  // output extent plus the padding, the dilation.)
+  bool ranges_fit = true;
   for (int d = 0; d < 3; ++d) {
-    ranges_fit = ranges_fit && out[d] + s.padding[d] <= kMax32;
+    ranges_fit =
+        ranges_fit && std::max(in[d], out[d]) + s.padding[d] <= kMax32 && s.dilation[d] <= kMax32;
   }
   if (!ranges_fit || s.D * s.H * s.W > kMax32 || s.N * s.C_in > kMax32 ||
       plan.items_per_chunk * plan.table_elems > kMax32 || plan.w_tiles * plan.h_tiles > kMax32 ||
