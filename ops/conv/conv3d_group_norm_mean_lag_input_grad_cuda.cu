@@ -390,8 +390,8 @@ __global__ void __launch_bounds__(kThreads, 3) lag_combine_kernel(const LagArgs 
     __syncthreads();
     if (e < elems) {
       const int k_end = min(segments, k0 + kCombineSegments);
-      // kCombineBatch segments' elements loaded together (one at a time, each load's latency
-      // was the kernel's), then their products in segment order.
+      // kCombineBatch segments' elements loaded together (one at a time, every thread waited
+      // on each load in turn), then their products in segment order.
       for (int k1 = k0; k1 < k_end; k1 += kCombineBatch) {
         double value[kCombineBatch];
 #pragma unroll
