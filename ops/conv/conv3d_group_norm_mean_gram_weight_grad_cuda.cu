@@ -188,26 +188,10 @@ __device__ __forceinline__ void for_window_rows(int channels, int planes, int ro
   }
   const int col = static_cast<int>(threadIdx.x) % width;
   const int total_rows = channels * planes * rows;
-  int j = slot % rows, plane = slot / rows % planes, b = slot / (rows * planes);
-  // The step of `slots` rows in (b, plane, j) digits, so that each step takes one carry per
-  // digit (carrying row by row looped ~10 times a step on the edge pieces' windows of 5 rows:
-  // at the Conv3d headline the sums kernel went 63.7M -> 59.5M instructions a launch, H100,
-  // 2026-11-26).
-  const int step_j = slots % rows, step_plane = slots / rows % planes,
-            step_b = slots / (rows * planes);
+  StridedRow row(slot, slots, planes, rows);  // (b, plane, j)
   for (int r = slot; r < total_rows; r += slots) {
-    f(b, plane, j, col, r);
-    j += step_j;
-    plane += step_plane;
-    b += step_b;
-    if (j >= rows) {
-      j -= rows;
-      ++plane;
-    }
-    if (plane >= planes) {
-      plane -= planes;
-      ++b;
-    }
+    f(row.hi, row.mid, row.lo, col, r);
+    row.advance();
   }
 }
 

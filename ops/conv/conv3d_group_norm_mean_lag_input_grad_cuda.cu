@@ -35,6 +35,7 @@
 #include "common/cuda/launch_utils.cuh"
 #include "common/cuda/scalar_ops.cuh"
 #include "conv/conv3d_group_norm_mean_lag_input_grad.cuh"
+#include "conv/conv_input_box.cuh"
 
 #include <algorithm>
 #include <type_traits>
@@ -500,13 +501,9 @@ __device__ __forceinline__ void stage_centred_footprint(
   const int columns = kCi * FH * FW;
   // Column q = (b * FH + fh) * FW + fw, its indices advanced by carries (divisions by the
   // runtime FW and FH were most of this loop's instructions).
-  const int step_w = kThreads % FW, step_h = kThreads / FW;
-  int fw = static_cast<int>(threadIdx.x) % FW, fh = static_cast<int>(threadIdx.x) / FW, b = 0;
-  while (fh >= FH) {
-    fh -= FH;
-    ++b;
-  }
+  StridedRow column(static_cast<int>(threadIdx.x), kThreads, FH, FW);
   for (int q = threadIdx.x; q < columns; q += kThreads) {
+    const int b = column.hi, fh = column.mid, fw = column.lo;
     const int ih = ih0 + fh, iw = iw0 + fw;
     const bool hw_inside = static_cast<unsigned>(ih) < static_cast<unsigned>(H) &&
                            static_cast<unsigned>(iw) < static_cast<unsigned>(W);
@@ -535,16 +532,7 @@ __device__ __forceinline__ void stage_centred_footprint(
         dst[i] = v[i];
       }
     }
-    fw += step_w;
-    fh += step_h;
-    if (fw >= FW) {
-      fw -= FW;
-      ++fh;
-    }
-    while (fh >= FH) {
-      fh -= FH;
-      ++b;
-    }
+    column.advance();
   }
 }
 
