@@ -457,18 +457,28 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
     CHECK(plan.class_hi[1][2] == 30);
     // Every H-class but the middle one is an edge class.
     CHECK(plan.edge_classes == 4);
-    // Bulk pieces: 4 planes x 32 rows, each D-class's planes apart (1 + 1 + 5 + 1 + 1); edge
-    // pieces: one chunk per D-class and edge class.
+    // Bulk units: 6 chunks of 4 planes x 32 rows; their pieces the chunks' D-segments: planes
+    // {0}, {1}, {2, 3} | 4 chunks inside class 2 | {20, 21}, {22}, {23}.
     CHECK(plan.bulk_planes == 4);
     CHECK(plan.bulk_rows == 32);
-    CHECK(plan.bulk_pieces == 9);
-    CHECK(plan.pieces == 9 + 5 * 4);
+    CHECK(plan.bulk_d_chunks == 6);
+    CHECK(plan.h_chunks == 1);
+    CHECK(plan.bulk_pieces == 10);
+    // Edge units: rows {0, 1} and {30, 31} (two groups of two edge classes, windows of 6 rows),
+    // each over all 24 planes; a piece per D-class and edge class.
+    CHECK(plan.edge_groups == 2);
+    CHECK(plan.edge_group_begin[1] == 2);
+    CHECK(plan.edge_planes == 24);
+    CHECK(plan.edge_d_chunks == 1);
+    CHECK(plan.pieces == 10 + 5 * 4);
+    CHECK(plan.units_per_item == 6 + 2);
     CHECK(plan.warps == 13);  // the lags (dd, dw) with dd > 0, or dd = 0 and dw >= 0
     // Totals and 4 edge lanes per (a, b, dh) of each warp.
-    CHECK(plan.piece_floats == 13 * 3 * 3 * 5 * 5);
+    CHECK(plan.value_stride == 48);  // 45 values, rounded up to 4
+    CHECK(plan.piece_floats == 13 * 48 * 5);
     CHECK(plan.items_per_launch * plan.pieces * plan.piece_floats * 4 <=
           static_cast<int64_t>(conv::kGramPartialBytes));
-    CHECK(plan.items_per_launch == 43);  // 3 launches of 43 (49 fit in the bound)
+    CHECK(plan.items_per_launch == 43);  // 3 launches of 43 (47 fit in the bound)
     // A bulk piece's window: 3 channels x (4 + 2) planes x (32 + 4) rows x (32 + 2 x 4) floats
     // (along D the lags reach above the piece only), two of them in 227 KB.
     CHECK(plan.whole_rows);
@@ -491,6 +501,8 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
       stride1_shape({2, 2, 6, 7, 9}, 8, {2, 2, 1}, {0, 1, 0}, {1, 1, 1}, 1),
       stride1_shape({2, 3, 4, 6, 12}, 6, {1, 3, 2}, {0, 1, 0}, {1, 1, 9}, 1),
       stride1_shape({2, 1, 4, 5, 32}, 4, {1, 2, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({2, 3, 40, 45, 20}, 12, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1),
+      stride1_shape({2, 3, 6, 40, 10}, 6, {3, 3, 3}, {0, 0, 0}, {1, 8, 1}, 1),
   };
   for (const auto& s : inside) {
     const conv::GramWeightGradPlan plan =
@@ -504,6 +516,51 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
       for (int c = 1; c < plan.classes[d]; ++c) {
         CHECK(plan.class_lo[d][c] == plan.class_hi[d][c - 1]);
       }
+    }
+    // The D-segments of each grid: the (chunk, class) pairs that meet, numbered in order of
+    // chunk and class, as the sums kernel numbers them (segment_begin[c] + chunk - lo / planes).
+    const auto check_segments = [&](int64_t planes, int64_t chunks, const int32_t* begin) {
+      REQUIRE(planes > 0);
+      CHECK(chunks == (plan.E[0] + planes - 1) / planes);
+      int64_t expected = 0;
+      for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+        for (int64_t c = 0; c < plan.classes[0]; ++c) {
+          const int64_t lo = plan.class_lo[0][c], hi = plan.class_hi[0][c];
+          if (lo < (chunk + 1) * planes && hi > chunk * planes) {
+            CHECK(begin[c] + chunk - lo / planes == expected);
+            ++expected;
+          }
+        }
+      }
+      CHECK(begin[plan.classes[0]] == expected);
+    };
+    check_segments(plan.bulk_planes, plan.bulk_d_chunks, plan.d_segment_begin);
+    CHECK(plan.bulk_pieces == plan.d_segment_begin[plan.classes[0]] * plan.h_chunks);
+    CHECK(plan.h_chunks * plan.bulk_rows >= plan.E[1]);
+    if (plan.edge_classes > 0) {
+      check_segments(plan.edge_planes, plan.edge_d_chunks, plan.edge_segment_begin);
+      // The groups cover the edge classes in order.
+      CHECK(plan.edge_group_begin[0] == 0);
+      CHECK(plan.edge_group_begin[plan.edge_groups] == plan.edge_classes);
+      for (int64_t g = 0; g < plan.edge_groups; ++g) {
+        CHECK(plan.edge_group_begin[g] < plan.edge_group_begin[g + 1]);
+      }
+    }
+    CHECK(plan.pieces ==
+          plan.bulk_pieces + plan.edge_segment_begin[plan.classes[0]] * plan.edge_classes);
+    CHECK(plan.units_per_item ==
+          plan.bulk_d_chunks * plan.h_chunks + plan.edge_d_chunks * plan.edge_groups);
+    if (s.D == 40) {  // "tall-and-deep": two H chunks of 24 rows, D chunks of 5 and 21 planes
+      CHECK(plan.h_chunks == 2);
+      CHECK(plan.bulk_rows == 24);
+      CHECK(plan.bulk_planes == 5);
+      CHECK(plan.edge_d_chunks == 2);
+      CHECK(plan.edge_groups == 2);
+    }
+    if (s.H == 40) {  // "edge-groups-apart": edge classes of 8 rows, two groups of two
+      CHECK(plan.classes[1] == 5);
+      CHECK(plan.edge_groups == 2);
+      CHECK(plan.edge_group_begin[1] == 2);
     }
     if (s.N == 56 && s.D == 24) {  // "two-launches": 56 items in two launches of 28
       CHECK(plan.items_per_launch == 28);

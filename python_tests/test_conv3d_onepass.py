@@ -277,7 +277,8 @@ def _check_with_kernels_on_and_off(case, dtype, switch, monkeypatch, frozen_weig
 # group or a padded W past 32 fall back to the recomputing kernel), a W of exactly 32 lanes,
 # thin classes (dilation 2 along D and H: classes of two planes or rows), kernels of 1 and 2
 # taps, 1 input channel, kernels of one tap along D or W, fewer output columns than the W lags'
-# reach, and 56 samples of the headline's size (two launches of the pieces' sums).
+# reach, 56 samples of the headline's size (two launches of the pieces' sums), chunks along H
+# and D that cut the classes, and edge classes in separate groups.
 GRAM_CASES = {
     **LAG_CASES,
     "full-width": dict(input_shape=(2, 3, 6, 5, 32), out_channels=24, kernel_size=3, num_groups=8),
@@ -320,6 +321,20 @@ GRAM_CASES = {
     ),
     "one-channel-whole-rows": dict(
         input_shape=(2, 1, 4, 5, 32), out_channels=4, kernel_size=(1, 2, 3), num_groups=2
+    ),
+    # A padded H of 47 (two H chunks of 24 rows) and D of 42 (bulk chunks of 5 planes, whose
+    # borders cut the D-classes; two edge chunks of 21 planes).
+    "tall-and-deep": dict(
+        input_shape=(2, 3, 40, 45, 20), out_channels=12, kernel_size=3, num_groups=4, padding=1
+    ),
+    # Edge classes of 8 rows (dilation 8 along H) in two groups: the four together would be
+    # taller than a bulk unit's 20 rows.
+    "edge-groups-apart": dict(
+        input_shape=(2, 3, 6, 40, 10),
+        out_channels=6,
+        kernel_size=3,
+        num_groups=3,
+        dilation=(1, 8, 1),
     ),
 }
 

@@ -3,21 +3,23 @@
 // convolution's output (conv_kernels.h, GramWeightGradPlan: the identity, the classes and
 // pieces, the family).
 //
-// 1. gram_lag_sums_kernel: a persistent grid (a block per SM) walks the launch's (item, piece)
-//    units, two windows in shared memory (the next unit's copies in flight while this one's
-//    products run). A warp per lag (dd, dw) along D and W of one half (dd > 0, or dd = 0 and
-//    dw >= 0: R is symmetric; (kD - 1) x (2kW - 1) + kW warps: 13 at k = 3, so that a thread
-//    may hold its 45 sums and 15 ring values without spilling, where 25 warps left it 72
-//    registers), a lane per position of the padded input's W (<= 32). The window holds
-//    xe = x - mu (-mu in the padding, 0 past it) for every input channel of the group, the
-//    piece's planes and rows with the lags' reach (along D above the piece only), each row in
-//    zero margins the W lags reach (16-byte copies of whole rows where the input's rows are
-//    the 32 positions). Each lane walks its column down the rows keeping the b rows of the
-//    2kH - 1 lags dh in registers (a ring), so that per row it loads c_in_g values xe[a, p] and
-//    c_in_g values xe[b, p + (dd, kH - 1, dw)] and adds c_in_g^2 x (2kH - 1) products to float
-//    sums (headline: 45 multiply-adds per 6 shared loads). At the piece's end a warp writes per
-//    (a, b, dh) its lanes' total (recursive halving: 62 shuffles for the 45 totals) and the
-//    values of its edge lanes, those some box along W leaves out.
+// 1. gram_lag_sums_kernel: a persistent grid (a block per SM) walks the launch's units (an item's
+//    chunks of planes and rows: bulk ones, and edge ones of the rows of the H-classes some box
+//    leaves out), two windows in shared memory (the next unit's copies in flight while this
+//    one's products run), and writes each unit's pieces (per D-class it meets; per edge class).
+//    A warp per lag (dd, dw) along D and W of one half (dd > 0, or dd = 0 and dw >= 0: R is
+//    symmetric; (kD - 1) x (2kW - 1) + kW warps: 13 at k = 3, so that a thread may hold its 45
+//    sums and 15 ring values without spilling, where 25 warps left it 72 registers), a lane per
+//    position of the padded input's W (<= 32). The window holds xe = x - mu (-mu in the
+//    padding, 0 past it) for every input channel of the group, the unit's planes and rows with
+//    the lags' reach (along D above the unit only), each row in zero margins the W lags reach
+//    (16-byte copies of whole rows where the input's rows are the 32 positions). Each lane
+//    walks its column down a piece's rows keeping the b rows of the 2kH - 1 lags dh in
+//    registers (a ring), so that per row it loads c_in_g values xe[a, p] and c_in_g values
+//    xe[b, p + (dd, kH - 1, dw)] and adds c_in_g^2 x (2kH - 1) products to float sums
+//    (headline: 45 multiply-adds per 6 shared loads; the centre lag (0, 0) 27: dh >= 0). At a
+//    piece's end a warp writes per (a, b, dh) its lanes' total (recursive halving: 62 shuffles
+//    for the 45 totals) and the values of its edge lanes, those some box along W leaves out.
 // 2. gram_box_sums_kernel: a thread per total and W-box k1w: R per box, in double and a fixed
 //    order: along W the total minus the edge lanes outside the box, along D the pieces of the
 //    classes inside the box, along H all of them minus the edge pieces of the H-classes outside
@@ -85,43 +87,13 @@ __device__ __forceinline__ void static_for(F&& f) {
   static_for_impl<kCount>(f, std::make_integer_sequence<int, kCount>{});
 }
 
-// A piece's rows: planes [d0, d1) of D-class d_class, rows [h0, h1) of H (padded coordinates).
-struct Piece {
-  int d_class, d0, d1, h0, h1;
-};
-
-__device__ inline int class_of_chunk(const int32_t* begin, int classes, int chunk) {
+// The class of D (classes[0]) that holds segment `segment`, from the classes' first segments.
+__device__ inline int class_of_segment(const int32_t* begin, int classes, int segment) {
   int c = 0;
-  while (c + 1 < classes && chunk >= begin[c + 1]) {
+  while (c + 1 < classes && segment >= begin[c + 1]) {
     ++c;
   }
   return c;
-}
-
-__device__ inline Piece piece_of(const conv::GramWeightGradPlan& plan, int i) {
-  Piece pc;
-  const int d_classes = static_cast<int>(plan.classes[0]);
-  if (i < plan.bulk_pieces) {
-    const int h_chunks = static_cast<int>(plan.h_chunks);
-    const int chunk = i / h_chunks, hc = i % h_chunks;
-    pc.d_class = class_of_chunk(plan.d_chunk_begin, d_classes, chunk);
-    pc.d0 = plan.class_lo[0][pc.d_class] +
-            (chunk - plan.d_chunk_begin[pc.d_class]) * static_cast<int>(plan.bulk_planes);
-    pc.d1 = min(pc.d0 + static_cast<int>(plan.bulk_planes), plan.class_hi[0][pc.d_class]);
-    pc.h0 = hc * static_cast<int>(plan.bulk_rows);
-    pc.h1 = min(pc.h0 + static_cast<int>(plan.bulk_rows), static_cast<int>(plan.E[1]));
-  } else {
-    const int edges = static_cast<int>(plan.edge_classes);
-    const int r = i - static_cast<int>(plan.bulk_pieces);
-    const int chunk = r / edges, e = r % edges;
-    pc.d_class = class_of_chunk(plan.edge_chunk_begin, d_classes, chunk);
-    pc.d0 = plan.class_lo[0][pc.d_class] +
-            (chunk - plan.edge_chunk_begin[pc.d_class]) * static_cast<int>(plan.edge_planes);
-    pc.d1 = min(pc.d0 + static_cast<int>(plan.edge_planes), plan.class_hi[0][pc.d_class]);
-    pc.h0 = plan.class_lo[1][plan.edge_class[e]];
-    pc.h1 = plan.class_hi[1][plan.edge_class[e]];
-  }
-  return pc;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -155,22 +127,49 @@ __device__ __forceinline__ void warp_transpose_sums(float (&v)[kM * kWarpSize], 
   transpose_sums_step<kM * kWarpSize, kM * kWarpSize, kWarpSize / 2>(v, lane);
 }
 
-// A unit of work of the sums kernel: piece `piece` of the launch's item `item_local`.
-struct PieceWork {
-  int item_local, piece;
-  Piece pc;
-  // Its window's planes and rows: the piece's with the lags' reach (along D only above it: the
-  // lags dd are >= 0, lag_of_warp), [kC][planes][rows][plan.row_floats].
+// A unit of work of the sums kernel (plan.units_per_item per item): a bulk unit, D chunk `chunk`
+// x H chunk `sub`, or an edge unit, D chunk `chunk` x edge group `sub`. Its window: planes
+// [d0, d0 + planes) and rows [h_first, h_first + rows) of the padded input, the chunk's planes
+// [d0, d1) with the lags' reach above them (along D the lags dd are >= 0) and its rows with
+// the reach on both sides; [kC][planes][rows][plan.row_floats].
+struct UnitWork {
+  int item_local;
+  bool edge;
+  int chunk, sub;
+  int d0, d1, h_first;
   int planes, rows;
 };
 
-__device__ inline PieceWork piece_work(const conv::GramWeightGradPlan& plan, int k) {
-  PieceWork w;
-  w.item_local = k / static_cast<int>(plan.pieces);
-  w.piece = k % static_cast<int>(plan.pieces);
-  w.pc = piece_of(plan, w.piece);
-  w.planes = w.pc.d1 - w.pc.d0 + static_cast<int>(plan.reach[0]);
-  w.rows = w.pc.h1 - w.pc.h0 + 2 * static_cast<int>(plan.reach[1]);
+__device__ inline UnitWork unit_work(const conv::GramWeightGradPlan& plan, int k) {
+  UnitWork w;
+  const int per_item = static_cast<int>(plan.units_per_item);
+  const int bulk_units = static_cast<int>(plan.bulk_d_chunks * plan.h_chunks);
+  const int reach_h = static_cast<int>(plan.reach[1]), ED = static_cast<int>(plan.E[0]);
+  w.item_local = k / per_item;
+  const int u = k % per_item;
+  w.edge = u >= bulk_units;
+  int planes_per_chunk, h0, h1;
+  if (!w.edge) {
+    const int h_chunks = static_cast<int>(plan.h_chunks),
+              bulk_rows = static_cast<int>(plan.bulk_rows);
+    w.chunk = u / h_chunks;
+    w.sub = u % h_chunks;
+    planes_per_chunk = static_cast<int>(plan.bulk_planes);
+    h0 = w.sub * bulk_rows;
+    h1 = min(h0 + bulk_rows, static_cast<int>(plan.E[1]));
+  } else {
+    const int groups = static_cast<int>(plan.edge_groups);
+    w.chunk = (u - bulk_units) / groups;
+    w.sub = (u - bulk_units) % groups;
+    planes_per_chunk = static_cast<int>(plan.edge_planes);
+    h0 = plan.class_lo[1][plan.edge_class[plan.edge_group_begin[w.sub]]];
+    h1 = plan.class_hi[1][plan.edge_class[plan.edge_group_begin[w.sub + 1] - 1]];
+  }
+  w.d0 = w.chunk * planes_per_chunk;
+  w.d1 = min(w.d0 + planes_per_chunk, ED);
+  w.h_first = h0 - reach_h;
+  w.planes = w.d1 - w.d0 + static_cast<int>(plan.reach[0]);
+  w.rows = h1 - h0 + 2 * reach_h;
   return w;
 }
 
@@ -208,7 +207,7 @@ __device__ __forceinline__ float mu_of(const float (&mu)[kC], int b) {
 
 // The item's mu[b] (x's mean per input channel of its conv group) into registers.
 template <int kC>
-__device__ __forceinline__ void load_item_mu(const GramArgs& a, const PieceWork& w,
+__device__ __forceinline__ void load_item_mu(const GramArgs& a, const UnitWork& w,
                                              float (&mu)[kC]) {
   const conv::Conv3dShape& s = a.p.conv;
   const int64_t item = a.item0 + w.item_local;
@@ -225,7 +224,7 @@ __device__ __forceinline__ void load_item_mu(const GramArgs& a, const PieceWork&
 // (zero-filled outside the input; 16 bytes each where whole_rows), centred by centre_window
 // once they landed; other types through registers, centred here.
 template <typename T, int kC>
-__device__ __forceinline__ void stage_window(const GramArgs& a, const PieceWork& w, float* window) {
+__device__ __forceinline__ void stage_window(const GramArgs& a, const UnitWork& w, float* window) {
   const conv::GramWeightGradPlan& plan = a.plan;
   const conv::Conv3dShape& s = a.p.conv;
   const int64_t item = a.item0 + w.item_local;
@@ -233,8 +232,8 @@ __device__ __forceinline__ void stage_window(const GramArgs& a, const PieceWork&
   const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);
   const int row_floats = static_cast<int>(plan.row_floats), margin = static_cast<int>(plan.margin);
   // Window (plane, j, col) to input (plane + xd0, j + xh0, col + xw0).
-  const int xd0 = w.pc.d0 - static_cast<int>(s.padding[0]);
-  const int xh0 = w.pc.h0 - static_cast<int>(plan.reach[1]) - static_cast<int>(s.padding[1]);
+  const int xd0 = w.d0 - static_cast<int>(s.padding[0]);
+  const int xh0 = w.h_first - static_cast<int>(s.padding[1]);
   const int xw0 = -margin - static_cast<int>(s.padding[2]);
   const T* x = static_cast<const T*>(a.p.x) + (n * s.C_in + g * kC) * s.D * s.H * s.W;
   const auto source = [&](int b, int xd, int xh, int xw, bool inside) {
@@ -279,19 +278,17 @@ __device__ __forceinline__ void stage_window(const GramArgs& a, const PieceWork&
 // each thread the elements it copied (the same walk), after its copies completed
 // (cp_async_wait_all), before the barrier that publishes the window.
 template <int kC>
-__device__ __forceinline__ void centre_window(const GramArgs& a, const PieceWork& w,
-                                              float* window) {
+__device__ __forceinline__ void centre_window(const GramArgs& a, const UnitWork& w, float* window) {
   const conv::GramWeightGradPlan& plan = a.plan;
   float mu[kC];
   load_item_mu<kC>(a, w, mu);
   const int row_floats = static_cast<int>(plan.row_floats), margin = static_cast<int>(plan.margin);
   const int ED = static_cast<int>(plan.E[0]), EH = static_cast<int>(plan.E[1]),
             EW = static_cast<int>(plan.E[2]);
-  const int h_first = w.pc.h0 - static_cast<int>(plan.reach[1]);
   if (a.whole_rows) {  // every position of a row inside the padded input is inside it
     for_window_rows(
         kC, w.planes, w.rows, kLanes / 4, [&](int b, int plane, int j, int chunk, int r) {
-          const int pd = w.pc.d0 + plane, ph = h_first + j;
+          const int pd = w.d0 + plane, ph = w.h_first + j;
           if (pd < ED && ph >= 0 && ph < EH) {
             const float m = mu_of<kC>(mu, b);
             float4* v = reinterpret_cast<float4*>(window + r * row_floats + margin + 4 * chunk);
@@ -303,40 +300,164 @@ __device__ __forceinline__ void centre_window(const GramArgs& a, const PieceWork
     return;
   }
   for_window_rows(kC, w.planes, w.rows, row_floats, [&](int b, int plane, int j, int col, int r) {
-    const int pd = w.pc.d0 + plane, ph = h_first + j, pw = col - margin;
+    const int pd = w.d0 + plane, ph = w.h_first + j, pw = col - margin;
     if (pd < ED && ph >= 0 && ph < EH && pw >= 0 && pw < EW) {
       window[r * row_floats + col] -= mu_of<kC>(mu, b);
     }
   });
 }
 
-// A persistent grid: block b takes the launch's (item, piece) units b, b + grid, ... with two
+// A lane's lag sums over rows [row0, row0 + piece_rows) of window planes [p0, p1) (a piece's
+// rows; rows h = phase + t * dilation of each phase, whose lags along H are rows of the same
+// phase): each lane walks its column keeping the b rows of the 2kH - 1 lags dh in registers (a
+// ring), so that a row costs 2 c_in_g shared loads for c_in_g^2 (2kH - 1) multiply-adds (45 at
+// the headline). b_shift: the b values' offset from the a values' (the lag along D and W).
+// kFirstLag: the first lag dh (index into 0 .. 2kH - 2) whose products are summed: kH - 1 for
+// the centre lag (dd, dw) = (0, 0), whose sums of dh < 0 are those of -dh with a and b swapped
+// (gram_box_sums_kernel reads dh >= 0 only), so that warp 0 adds 27 products a row where the
+// others add 45 (it shares its multiprocessor's quarter with 3 warps where the other quarters'
+// warps share theirs with 2: 13 warps).
+template <int kC, int kKH, int kFirstLag>
+__device__ __forceinline__ void add_lag_products(float (&acc)[kC][kC][2 * kKH - 1],
+                                                 const float* column, int channel_stride,
+                                                 int plane_stride, int row_floats, int dil_h,
+                                                 int p0, int p1, int row0, int piece_rows,
+                                                 int b_shift) {
+  constexpr int kSpanH = 2 * kKH - 1;
+  const int row_step = dil_h * row_floats;  // one lag along H
+  for (int phase = 0; phase < min(dil_h, piece_rows); ++phase) {
+    const int count = (piece_rows - phase + dil_h - 1) / dil_h;
+    // Whole rounds of kSpanH rows (the ring's slots fixed per step), then the rest.
+    const int whole = count - count % kSpanH;
+    for (int d = p0; d < p1; ++d) {
+      const float* a_row = column + d * plane_stride + (row0 + phase) * row_floats;
+      const float* b_row = a_row + b_shift;
+      // ring[(t + s + kKH - 1) % kSpanH] holds the b values of lag s (row t + s) at row t.
+      float ring[kSpanH][kC];
+#pragma unroll
+      for (int sh = 0; sh < kSpanH - 1; ++sh) {
+#pragma unroll
+        for (int b = 0; b < kC; ++b) {
+          ring[sh][b] = b_row[b * channel_stride + (sh - (kKH - 1)) * row_step];
+        }
+      }
+      const auto row = [&](int t, auto step_tag) {
+        constexpr int kStep = decltype(step_tag)::value;
+        const int at = t * row_step;
+#pragma unroll
+        for (int b = 0; b < kC; ++b) {
+          ring[(kStep + kSpanH - 1) % kSpanH][b] =
+              b_row[b * channel_stride + at + (kKH - 1) * row_step];
+        }
+        float av[kC];
+#pragma unroll
+        for (int i = 0; i < kC; ++i) {
+          av[i] = a_row[i * channel_stride + at];
+        }
+#pragma unroll
+        for (int l = kFirstLag; l < kSpanH; ++l) {
+#pragma unroll
+          for (int j = 0; j < kC; ++j) {
+            const float bv = ring[(kStep + l) % kSpanH][j];
+#pragma unroll
+            for (int i = 0; i < kC; ++i) {
+              acc[i][j][l] = fmaf(av[i], bv, acc[i][j][l]);
+            }
+          }
+        }
+      };
+      int t = 0;
+      for (; t < whole; t += kSpanH) {
+        static_for<kSpanH>([&](auto step) { row(t + decltype(step)::value, step); });
+      }
+      static_for<kSpanH - 1>([&](auto step) {
+        if (t + decltype(step)::value < count) {
+          row(t + decltype(step)::value, step);
+        }
+      });
+    }
+  }
+}
+
+// The values a lane's sums are written as, rounded up to 4 (plan.value_stride: 16-byte stores).
+template <int kC, int kKH>
+constexpr int kValueStride = (kC * kC * (2 * kKH - 1) + 3) / 4 * 4;
+
+// A warp's share of a piece, from its lanes' sums acc (zeroed after): per (a, b, dh) the total
+// over its lanes, then the values of the edge lanes ([0, reach_w) and [Wo, E_W): the lanes
+// some box along W leaves out), from which gram_box_sums_kernel forms each box's sum.
+template <int kC, int kKH>
+__device__ __forceinline__ void write_piece_share(float (&acc)[kC][kC][2 * kKH - 1],
+                                                  float* warp_out, int lane, int reach_w, int wo,
+                                                  int EW) {
+  constexpr int kSpanH = 2 * kKH - 1;
+  constexpr int kValues = kC * kC * kSpanH;
+  constexpr int kStride = kValueStride<kC, kKH>;
+  constexpr int kM = (kValues + kWarpSize - 1) / kWarpSize;
+  static_assert(kStride <= kM * kWarpSize, "the padded values are in v");
+  float v[kM * kWarpSize];
+#pragma unroll
+  for (int i = 0; i < kM * kWarpSize; ++i) {
+    v[i] = i < kValues ? acc[i / (kC * kSpanH)][i / kSpanH % kC][i % kSpanH] : 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < kC; ++i) {
+#pragma unroll
+    for (int j = 0; j < kC; ++j) {
+#pragma unroll
+      for (int l = 0; l < kSpanH; ++l) {
+        acc[i][j][l] = 0.0f;
+      }
+    }
+  }
+  const auto store_lane_values = [&](int slot) {
+    float4* to = reinterpret_cast<float4*>(warp_out + (1 + slot) * kStride);
+#pragma unroll
+    for (int i = 0; i < kStride / 4; ++i) {
+      to[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    }
+  };
+  // (A lane may hold both kinds of edge where Wo < reach_w.)
+  if (lane < reach_w) {
+    store_lane_values(lane);
+  }
+  if (lane >= wo && lane < EW) {
+    store_lane_values(reach_w + lane - wo);
+  }
+  warp_transpose_sums<kM>(v, lane);
+#pragma unroll
+  for (int i = 0; i < kM; ++i) {
+    if (lane * kM + i < kValues) {
+      warp_out[lane * kM + i] = v[i];
+    }
+  }
+}
+
+// A persistent grid: block b takes the launch's units b, b + grid, ... (unit_work) with two
 // windows in shared memory, the next unit's copies in flight while this one's products run.
-// kC = c_in_g, kKH = kH. A warp per lag (dd, dw) of the half (lag_of_warp); each lane walks its
-// column of the piece's rows (h) keeping the b rows of the 2kH - 1 lags dh in registers (a ring),
-// so that a row costs 2 c_in_g shared loads for c_in_g^2 (2kH - 1) multiply-adds (45 at the
-// headline).
+// A unit writes one piece per D-segment of its chunk (the D-classes it meets) and, edge units,
+// per edge class of its group: pieces of one unit share its window's copies and barrier (apart,
+// the 20 one-row edge pieces of a headline item each paid them, 29 units an item where now 8).
+// kC = c_in_g, kKH = kH. A warp per lag (dd, dw) of the half (lag_of_warp).
 template <typename T, int kC, int kKH>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     gram_lag_sums_kernel(const GramArgs a, int units) {
   using acc_t = typename ScalarOps<T>::acc_t;
   static_assert(sizeof(acc_t) == 4, "float sums");
   constexpr int kSpanH = 2 * kKH - 1;
-  constexpr int kValues = kC * kC * kSpanH;  // a lane's sums: (a, b, dh)
-  constexpr int kM = (kValues + kWarpSize - 1) / kWarpSize;
-  extern __shared__ float windows[];  // two of plan.smem_bytes
+  constexpr int kStride = kValueStride<kC, kKH>;  // a lane's sums (a, b, dh), padded
+  extern __shared__ float windows[];              // two of plan.smem_bytes
   const conv::GramWeightGradPlan& plan = a.plan;
   const conv::Conv3dShape& s = a.p.conv;
-  const int reach_d = static_cast<int>(plan.reach[0]), reach_h = static_cast<int>(plan.reach[1]),
-            reach_w = static_cast<int>(plan.reach[2]);
+  const int reach_h = static_cast<int>(plan.reach[1]), reach_w = static_cast<int>(plan.reach[2]);
   const int row_floats = static_cast<int>(plan.row_floats), margin = static_cast<int>(plan.margin);
   const int EW = static_cast<int>(plan.E[2]), wo = static_cast<int>(s.Wo);
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const LagDW lag = lag_of_warp(warp, static_cast<int>(s.kW));
-  const int dd = lag.dd, dw = lag.dw;
   const int dil_h = static_cast<int>(s.dilation[1]);
   const int window_floats = static_cast<int>(plan.smem_bytes / sizeof(float));
+  const int d_classes = static_cast<int>(plan.classes[0]);
 
   int k = static_cast<int>(blockIdx.x);
   if (k >= units) {
@@ -351,9 +472,20 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     }
     __syncthreads();  // (before any thread's copies land in them)
   }
-  stage_window<T, kC>(a, piece_work(plan, k), windows);
+  stage_window<T, kC>(a, unit_work(plan, k), windows);
+  float acc[kC][kC][kSpanH];
+#pragma unroll
+  for (int i = 0; i < kC; ++i) {
+#pragma unroll
+    for (int j = 0; j < kC; ++j) {
+#pragma unroll
+      for (int l = 0; l < kSpanH; ++l) {
+        acc[i][j][l] = 0.0f;
+      }
+    }
+  }
   for (int it = 0; k < units; k += static_cast<int>(gridDim.x), ++it) {
-    const PieceWork w = piece_work(plan, k);
+    const UnitWork w = unit_work(plan, k);
     float* window = windows + (it & 1) * window_floats;
     if constexpr (std::is_same_v<T, float>) {
       cp_async_wait_all();
@@ -361,111 +493,53 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     }
     __syncthreads();  // this unit's window complete; every warp done with the other one
     if (k + static_cast<int>(gridDim.x) < units) {
-      stage_window<T, kC>(a, piece_work(plan, k + static_cast<int>(gridDim.x)),
+      stage_window<T, kC>(a, unit_work(plan, k + static_cast<int>(gridDim.x)),
                           windows + ((it + 1) & 1) * window_floats);
     }
-    const int rows = w.rows;
-    const int channel_stride = w.planes * rows * row_floats;
-    const int row_step = dil_h * row_floats;  // one lag along H
-    // The b values' offset from the a values' (the lag along D and W; along H the ring's).
-    const int b_shift = dd * static_cast<int>(s.dilation[0]) * rows * row_floats +
-                        dw * static_cast<int>(s.dilation[2]);
-    float acc[kC][kC][kSpanH];
-#pragma unroll
-    for (int i = 0; i < kC; ++i) {
-#pragma unroll
-      for (int j = 0; j < kC; ++j) {
-#pragma unroll
-        for (int l = 0; l < kSpanH; ++l) {
-          acc[i][j][l] = 0.0f;
+    const float* lane_column = window + margin + lane;  // the lane's position of row 0
+    const int plane_stride = w.rows * row_floats;
+    const int channel_stride = w.planes * plane_stride;
+    const int b_shift = lag.dd * static_cast<int>(s.dilation[0]) * plane_stride +
+                        lag.dw * static_cast<int>(s.dilation[2]);
+    float* item_out =
+        a.partials + static_cast<int64_t>(w.item_local) * plan.pieces * plan.piece_floats;
+    const int planes_per_chunk = static_cast<int>(w.edge ? plan.edge_planes : plan.bulk_planes);
+    const int32_t* segment_begin = w.edge ? plan.edge_segment_begin : plan.d_segment_begin;
+    // The chunk's D-segments: the classes c it meets, planes [max(d0, lo), min(d1, hi)).
+    int c = 0;
+    while (plan.class_hi[0][c] <= w.d0) {
+      ++c;
+    }
+    for (; c < d_classes && plan.class_lo[0][c] < w.d1; ++c) {
+      const int lo = plan.class_lo[0][c];
+      const int p0 = max(w.d0, lo) - w.d0, p1 = min(w.d1, plan.class_hi[0][c]) - w.d0;
+      const int segment = segment_begin[c] + w.chunk - lo / planes_per_chunk;
+      // A bulk unit's piece: the chunk's rows; an edge unit's: one per edge class of its group.
+      const int subs = w.edge ? plan.edge_group_begin[w.sub + 1] - plan.edge_group_begin[w.sub] : 1;
+      for (int e = 0; e < subs; ++e) {
+        int piece, row0, piece_rows;
+        if (w.edge) {
+          const int edge = plan.edge_group_begin[w.sub] + e;
+          const int h_class = plan.edge_class[edge];
+          piece = static_cast<int>(plan.bulk_pieces) +
+                  segment * static_cast<int>(plan.edge_classes) + edge;
+          row0 = plan.class_lo[1][h_class] - w.h_first;
+          piece_rows = plan.class_hi[1][h_class] - plan.class_lo[1][h_class];
+        } else {
+          piece = segment * static_cast<int>(plan.h_chunks) + w.sub;
+          row0 = reach_h;
+          piece_rows = w.rows - 2 * reach_h;
         }
-      }
-    }
-    const int piece_rows = w.pc.h1 - w.pc.h0;
-    for (int d = 0; d < w.planes - reach_d; ++d) {
-      // Rows h = phase + t * dilation (t = 0, 1, ...) of each phase: their lags along H are
-      // rows of the same phase, whose b values the ring holds.
-      for (int phase = 0; phase < min(dil_h, piece_rows); ++phase) {
-        const int count = (piece_rows - phase + dil_h - 1) / dil_h;
-        const float* a_row = window + (d * rows + reach_h + phase) * row_floats + margin + lane;
-        const float* b_row = a_row + b_shift;
-        // ring[(t + s + kKH - 1) % kSpanH] holds the b values of lag s (row t + s) at row t.
-        float ring[kSpanH][kC];
-#pragma unroll
-        for (int sh = 0; sh < kSpanH - 1; ++sh) {
-#pragma unroll
-          for (int b = 0; b < kC; ++b) {
-            ring[sh][b] = b_row[b * channel_stride + (sh - (kKH - 1)) * row_step];
-          }
+        if (warp == 0) {  // the centre lag (0, 0)
+          add_lag_products<kC, kKH, kKH - 1>(acc, lane_column, channel_stride, plane_stride,
+                                             row_floats, dil_h, p0, p1, row0, piece_rows, b_shift);
+        } else {
+          add_lag_products<kC, kKH, 0>(acc, lane_column, channel_stride, plane_stride, row_floats,
+                                       dil_h, p0, p1, row0, piece_rows, b_shift);
         }
-        // Whole rounds of kSpanH rows (the ring's slots fixed per step), then the rest.
-        const int whole = count - count % kSpanH;
-        const auto row = [&](int t, auto step_tag) {
-          constexpr int kStep = decltype(step_tag)::value;
-          const int at = t * row_step;
-#pragma unroll
-          for (int b = 0; b < kC; ++b) {
-            ring[(kStep + kSpanH - 1) % kSpanH][b] =
-                b_row[b * channel_stride + at + (kKH - 1) * row_step];
-          }
-          float av[kC];
-#pragma unroll
-          for (int i = 0; i < kC; ++i) {
-            av[i] = a_row[i * channel_stride + at];
-          }
-#pragma unroll
-          for (int l = 0; l < kSpanH; ++l) {
-#pragma unroll
-            for (int j = 0; j < kC; ++j) {
-              const float bv = ring[(kStep + l) % kSpanH][j];
-#pragma unroll
-              for (int i = 0; i < kC; ++i) {
-                acc[i][j][l] = fmaf(av[i], bv, acc[i][j][l]);
-              }
-            }
-          }
-        };
-        int t = 0;
-        for (; t < whole; t += kSpanH) {
-          static_for<kSpanH>([&](auto step) { row(t + decltype(step)::value, step); });
-        }
-        static_for<kSpanH - 1>([&](auto step) {
-          if (t + decltype(step)::value < count) {
-            row(t + decltype(step)::value, step);
-          }
-        });
-      }
-    }
-
-    // A warp's share of the piece: per (a, b, dh) the total over its lanes, then the values of
-    // the edge lanes ([0, reach_w) and [Wo, E_W): the lanes some box along W leaves out), from
-    // which gram_box_sums_kernel forms each box's sum.
-    float* out = a.partials +
-                 (static_cast<int64_t>(w.item_local) * plan.pieces + w.piece) * plan.piece_floats;
-    float* warp_out = out + warp * kValues * (1 + 2 * reach_w);
-    float v[kM * kWarpSize];
-#pragma unroll
-    for (int i = 0; i < kM * kWarpSize; ++i) {
-      v[i] = i < kValues ? acc[i / (kC * kSpanH)][i / kSpanH % kC][i % kSpanH] : 0.0f;
-    }
-    // (A lane may hold both kinds of edge where Wo < reach_w.)
-    if (lane < reach_w) {
-#pragma unroll
-      for (int i = 0; i < kValues; ++i) {
-        warp_out[kValues + lane * kValues + i] = v[i];
-      }
-    }
-    if (lane >= wo && lane < EW) {
-#pragma unroll
-      for (int i = 0; i < kValues; ++i) {
-        warp_out[kValues + (reach_w + lane - wo) * kValues + i] = v[i];
-      }
-    }
-    warp_transpose_sums<kM>(v, lane);
-#pragma unroll
-    for (int i = 0; i < kM; ++i) {
-      if (lane * kM + i < kValues) {
-        warp_out[lane * kM + i] = v[i];
+        write_piece_share<kC, kKH>(
+            acc, item_out + piece * plan.piece_floats + warp * kStride * (1 + 2 * reach_w), lane,
+            reach_w, wo, EW);
       }
     }
   }
@@ -486,6 +560,7 @@ __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs 
   const int kD = static_cast<int>(s.kD), kH = static_cast<int>(s.kH), kW = static_cast<int>(s.kW);
   const int taps = kD * kH * kW, J = C * taps, span_h = 2 * kH - 1;
   const int values = C * C * span_h, reach_w = static_cast<int>(plan.reach[2]);
+  const int stride = static_cast<int>(plan.value_stride);
   const int edge_lanes = 2 * reach_w, dil_w = static_cast<int>(s.dilation[2]);
   const int pair = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
   if (pair >= plan.warps * values * kW) {
@@ -499,9 +574,9 @@ __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs 
   if (k2w < 0 || k2w >= kW || (dd == 0 && dw == 0 && dh < 0)) {
     return;  // (no such taps; or the mirror of lag -dh with a and b swapped, which writes both)
   }
-  // The total's place in a piece, then its edge lanes' (stride `values`); those outside box k1w:
+  // The total's place in a piece, then its edge lanes' (`stride` apart); those outside box k1w:
   // lanes [0, k1w * dil_w) and [k1w * dil_w + Wo, E_W).
-  const int offset = warp * values * (1 + edge_lanes) + rest;
+  const int offset = warp * stride * (1 + edge_lanes) + rest;
   const int low_out = k1w * dil_w;  // edge slots [0, low_out) and [reach_w + low_out, 2 reach_w)
   const float* parts =
       a.partials + static_cast<int64_t>(blockIdx.y) * plan.pieces * plan.piece_floats + offset;
@@ -526,13 +601,13 @@ __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs 
     for (int e = 0; e < low_out; ++e) {
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        value[u] -= static_cast<double>(v[u][values * (1 + e)]);
+        value[u] -= static_cast<double>(v[u][stride * (1 + e)]);
       }
     }
     for (int e = reach_w + low_out; e < edge_lanes; ++e) {
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        value[u] -= static_cast<double>(v[u][values * (1 + e)]);
+        value[u] -= static_cast<double>(v[u][stride * (1 + e)]);
       }
     }
 #pragma unroll
@@ -541,14 +616,11 @@ __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs 
       if (piece >= pieces) {
         break;
       }
-      // The piece's D chunk, D-class and (edge pieces) H-class.
+      // The piece's D-segment, D-class and (edge pieces) H-class.
       const bool edge = piece >= bulk_pieces;
-      const int chunk = edge ? (piece - bulk_pieces) / edges : piece / h_chunks;
-      const int32_t* chunk_begin = edge ? plan.edge_chunk_begin : plan.d_chunk_begin;
-      int c = 0;
-      while (chunk >= chunk_begin[c + 1]) {
-        ++c;
-      }
+      const int segment = edge ? (piece - bulk_pieces) / edges : piece / h_chunks;
+      const int c = class_of_segment(edge ? plan.edge_segment_begin : plan.d_segment_begin,
+                                     static_cast<int>(plan.classes[0]), segment);
       const unsigned mask_d = plan.box_mask[0][c];
       const unsigned mask_h =
           edge ? plan.box_mask[1][plan.edge_class[(piece - bulk_pieces) % edges]] : ~0u;
@@ -852,7 +924,7 @@ cudaError_t gram_weight_grad_launch(const conv::Conv3dGroupNormMeanBackwardParam
   for (int64_t item0 = 0; item0 < items; item0 += plan.items_per_launch) {
     const int64_t count = std::min(plan.items_per_launch, items - item0);
     args.item0 = item0;
-    const int64_t units = count * plan.pieces;
+    const int64_t units = count * plan.units_per_item;
     sums_kernel<<<static_cast<unsigned>(std::min<int64_t>(units, sms)), threads,
                   2 * plan.smem_bytes, stream>>>(args, static_cast<int>(units));
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();

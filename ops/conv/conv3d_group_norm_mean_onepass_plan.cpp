@@ -518,61 +518,93 @@ GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShap
     }
   }
   const uint8_t every_box = static_cast<uint8_t>((1u << k[1]) - 1);
-  int64_t edge_rows = 0;
   for (int64_t c = 0; c < plan.classes[1]; ++c) {
     if (plan.box_mask[1][c] != every_box) {
       plan.edge_class[plan.edge_classes++] = static_cast<int8_t>(c);
-      edge_rows = std::max<int64_t>(edge_rows, plan.class_hi[1][c] - plan.class_lo[1][c]);
     }
   }
-  // Bulk pieces of ~128 rows (four planes of 32 at the headline: a piece's copies, flush and
-  // barrier amortised over more rows), fewer where two windows would not fit; edge pieces of
-  // up to 32 planes.
-  plan.bulk_rows = std::min<int64_t>(plan.E[1], 32);
-  plan.bulk_planes = std::max<int64_t>(1, 128 / plan.bulk_rows);
-  plan.h_chunks = ceil_div(plan.E[1], plan.bulk_rows);
-  plan.edge_planes = 32;
   plan.warps = (k[0] - 1) * (2 * k[2] - 1) + k[2];
   const int64_t values = plan.c_in_g * plan.c_in_g * (2 * k[1] - 1);
   const int64_t edge_lanes = 2 * plan.reach[2];
-  plan.piece_floats = plan.warps * values * (1 + edge_lanes);
+  plan.value_stride = ceil_div(values, 4) * 4;
+  plan.piece_floats = plan.warps * plan.value_stride * (1 + edge_lanes);
   plan.margin = ceil_div(plan.reach[2], 4) * 4;
   plan.row_floats = kGramMaxWidth + 2 * plan.margin;
   plan.whole_rows = s.padding[2] == 0 && s.W == kGramMaxWidth;
   if (plan.row_floats > plan.warps * kGramMaxWidth) {
     return plan;  // (a window row's columns are spread over the block's threads)
   }
-  // The window of a piece: its planes and rows with the lags' reach (along D above it only:
-  // the kernel's lags dd are >= 0), a row of row_floats per (plane, row).
+  // The window of a unit: its planes and rows with the lags' reach (along D above it only: the
+  // kernel's lags dd are >= 0), a row of row_floats per (plane, row). The sums kernel keeps two
+  // (the next unit's copies overlap this one's products).
   const auto window = [&](int64_t planes, int64_t rows) {
     return static_cast<size_t>(plan.c_in_g * (planes + plan.reach[0]) * (rows + 2 * plan.reach[1]) *
                                plan.row_floats) *
            sizeof(float);
   };
-  int64_t class_planes = 0;  // a piece never spans more than its D-class's planes
-  for (int64_t c = 0; c < plan.classes[0]; ++c) {
-    class_planes = std::max<int64_t>(class_planes, plan.class_hi[0][c] - plan.class_lo[0][c]);
-  }
-  // (The sums kernel keeps two windows: the next piece's copies overlap this one's products.)
-  while (plan.bulk_planes > 1 &&
-         2 * window(std::min(plan.bulk_planes, class_planes), plan.bulk_rows) > smem_limit) {
+  const auto fits = [&](int64_t planes, int64_t rows) {
+    return 2 * window(planes, rows) <= smem_limit;
+  };
+  // Bulk units of ~128 rows (four planes of 32 at the headline: a unit's copies and barrier
+  // amortised over more rows), fewer planes where two windows would not fit; chunks of equal
+  // size along D and H.
+  plan.h_chunks = ceil_div(plan.E[1], kGramMaxWidth);
+  plan.bulk_rows = ceil_div(plan.E[1], plan.h_chunks);
+  plan.bulk_planes = std::min(plan.E[0], std::max<int64_t>(1, 128 / plan.bulk_rows));
+  while (plan.bulk_planes > 1 && !fits(plan.bulk_planes, plan.bulk_rows)) {
     plan.bulk_planes /= 2;
   }
-  plan.smem_bytes = window(std::min(plan.bulk_planes, class_planes), plan.bulk_rows);
+  plan.bulk_d_chunks = ceil_div(plan.E[0], plan.bulk_planes);
+  plan.bulk_planes = ceil_div(plan.E[0], plan.bulk_d_chunks);
+  plan.smem_bytes = window(plan.bulk_planes, plan.bulk_rows);
+  // Edge groups: consecutive edge classes whose rows with the reach along H overlap or touch
+  // share a window (rows 0 and 1 at the headline: 6 rows where apart each took 5), as long as
+  // it is no taller than a bulk unit's.
+  const auto group_rows = [&](int64_t first, int64_t last) -> int64_t {  // reach aside
+    return plan.class_hi[1][plan.edge_class[last]] - plan.class_lo[1][plan.edge_class[first]];
+  };
+  int64_t edge_rows = 0;
+  for (int64_t e = 0; e < plan.edge_classes; ++e) {
+    const int64_t first = plan.edge_group_begin[plan.edge_groups];
+    const bool joins = e > first &&
+                       plan.class_lo[1][plan.edge_class[e]] - plan.reach[1] <=
+                           plan.class_hi[1][plan.edge_class[e - 1]] + plan.reach[1] &&
+                       group_rows(first, e) <= plan.bulk_rows;
+    if (e > first && !joins) {
+      edge_rows = std::max(edge_rows, group_rows(first, e - 1));
+      plan.edge_group_begin[++plan.edge_groups] = static_cast<int8_t>(e);
+    }
+  }
   if (plan.edge_classes > 0) {
-    plan.smem_bytes =
-        std::max(plan.smem_bytes, window(std::min(plan.edge_planes, class_planes), edge_rows));
+    edge_rows = std::max(
+        edge_rows, group_rows(plan.edge_group_begin[plan.edge_groups], plan.edge_classes - 1));
+    plan.edge_group_begin[++plan.edge_groups] = static_cast<int8_t>(plan.edge_classes);
+    // Edge units of up to 32 planes (all 24 at the headline), fewer where two windows would not
+    // fit.
+    plan.edge_planes = std::min<int64_t>(plan.E[0], 32);
+    while (plan.edge_planes > 1 && !fits(plan.edge_planes, edge_rows)) {
+      plan.edge_planes /= 2;
+    }
+    plan.edge_d_chunks = ceil_div(plan.E[0], plan.edge_planes);
+    plan.edge_planes = ceil_div(plan.E[0], plan.edge_d_chunks);
+    plan.smem_bytes = std::max(plan.smem_bytes, window(plan.edge_planes, edge_rows));
   }
+  // D-segments: per class, the chunks of the grid it meets.
   for (int64_t c = 0; c < plan.classes[0]; ++c) {
-    const int64_t planes = plan.class_hi[0][c] - plan.class_lo[0][c];
-    plan.d_chunk_begin[c + 1] =
-        plan.d_chunk_begin[c] + static_cast<int32_t>(ceil_div(planes, plan.bulk_planes));
-    plan.edge_chunk_begin[c + 1] =
-        plan.edge_chunk_begin[c] + static_cast<int32_t>(ceil_div(planes, plan.edge_planes));
+    const int64_t lo = plan.class_lo[0][c], hi = plan.class_hi[0][c];
+    plan.d_segment_begin[c + 1] =
+        plan.d_segment_begin[c] +
+        static_cast<int32_t>((hi - 1) / plan.bulk_planes - lo / plan.bulk_planes + 1);
+    if (plan.edge_classes > 0) {
+      plan.edge_segment_begin[c + 1] =
+          plan.edge_segment_begin[c] +
+          static_cast<int32_t>((hi - 1) / plan.edge_planes - lo / plan.edge_planes + 1);
+    }
   }
-  plan.bulk_pieces = plan.d_chunk_begin[plan.classes[0]] * plan.h_chunks;
-  plan.pieces = plan.bulk_pieces + plan.edge_chunk_begin[plan.classes[0]] * plan.edge_classes;
-  // (units = items x pieces per launch are counted in 32 bits: checked below.)
+  plan.bulk_pieces = plan.d_segment_begin[plan.classes[0]] * plan.h_chunks;
+  plan.pieces = plan.bulk_pieces + plan.edge_segment_begin[plan.classes[0]] * plan.edge_classes;
+  plan.units_per_item = plan.bulk_d_chunks * plan.h_chunks + plan.edge_d_chunks * plan.edge_groups;
+  // (units and pieces per launch are counted in 32 bits: checked below.)
   const int64_t J = plan.c_in_g * k[0] * k[1] * k[2];
   plan.finalize_smem_bytes =
       static_cast<size_t>(J * J + 2 * J + kGramGradChannels * (J + 2)) * sizeof(double);
@@ -588,7 +620,7 @@ GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShap
   if (s.D * s.H * s.W > kMax32 || plan.E[0] * plan.E[1] * plan.E[2] > kMax32 ||
       s.N * s.C_in > kMax32 || plan.pieces > kMax32 ||
       plan.items_per_launch * plan.pieces * plan.piece_floats > kMax32 ||
-      plan.items_per_launch * plan.pieces > kMax32) {
+      plan.items_per_launch * plan.units_per_item > kMax32) {
     return plan;
   }
   plan.supported = true;

@@ -321,17 +321,19 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
 // products, c_in_g^2 * (2k - 1)^3 per input position (1125 at the headline), of which the
 // kernel computes one half, 585 (R is symmetric), where the recomputing kernel's weight
 // gradient takes the convolution, 1944 per output, plus its halo, and then 1944 more. The boxes'
-// borders cut each dim of the padded input into at most 2k - 1 intervals ("classes"); a block sums
-// the lag products of a piece of rows (one D-class, all of W on the lanes) and writes per lag the
+// borders cut each dim of the padded input into at most 2k - 1 intervals ("classes"); a block
+// stages a unit's window (a chunk of planes and rows) and sums the lag products of each of its
+// pieces of rows (the chunk's part of one D-class, all of W on the lanes), writing per lag the
 // total over the lanes and the values of the lanes some box along W leaves out; the finalize
 // adds the pieces of each box in double: along D the classes inside the box, along H all rows
-// minus the H-classes outside it ("edge" pieces), so that only the pieces of thin border
-// classes need their own sums. Family: stride 1, k <= 3 per dim, C_in/groups <= 3, the padded
-// input's W at most 32 (a lane per position), float32, float16 or bfloat16 (float sums per
-// piece and lane, or per lane over a warp's rows for the window sums; double across them).
-// Checked in float64 first (a prototype over paddings, dilations and mixed kernel sizes: equal
-// to 1e-15), then by the tests. Where it takes the weight gradient, the recomputing tile
-// kernel runs only for an input gradient outside the lag kernels' family (or with them off).
+// minus the H-classes outside it ("edge" pieces, whose units stage only those rows), so that
+// only the pieces of thin border classes need their own sums. Family: stride 1, k <= 3 per dim,
+// C_in/groups <= 3, the padded input's W at most 32 (a lane per position), float32, float16 or
+// bfloat16 (float sums per piece and lane, or per lane over a warp's rows for the window sums;
+// double across them). Checked in float64 first (a prototype over paddings, dilations and mixed
+// kernel sizes: equal to 1e-15), then by the tests. Where it takes the weight gradient, the
+// recomputing tile kernel runs only for an input gradient outside the lag kernels' family (or with
+// them off).
 constexpr int64_t kGramMaxTaps = 3;
 constexpr int64_t kGramMaxInputChannels = 3;
 constexpr int64_t kGramMaxWidth = 32;                      // the padded input's W: the lanes
@@ -355,20 +357,30 @@ struct GramWeightGradPlan {
   // The H-classes outside some box, whose rows get pieces of their own.
   int64_t edge_classes = 0;
   int8_t edge_class[kGramMaxClasses] = {};
-  // Pieces per (sample, conv group): the bulk ones, per D-class chunks of bulk_planes planes x
-  // chunks of bulk_rows rows of H (d_chunk_begin: the prefix of each D-class's chunks), then
-  // the edge ones, per D-class chunks of edge_planes planes (edge_chunk_begin) x edge class.
-  int64_t bulk_planes = 0, bulk_rows = 0, h_chunks = 0, edge_planes = 0;
-  int32_t d_chunk_begin[kGramMaxClasses + 1] = {}, edge_chunk_begin[kGramMaxClasses + 1] = {};
+  // Pieces (the partials' granularity) per (sample, conv group): the bulk ones, per D-segment x
+  // chunk of bulk_rows rows of H, then the edge ones, per D-segment x edge class. D-segments:
+  // the D-classes cut at the borders of a grid of chunks of bulk_planes (bulk) or edge_planes
+  // (edge) planes from plane 0; d_segment_begin[c] (edge_segment_begin[c]): class c's first.
+  int64_t bulk_planes = 0, bulk_rows = 0, h_chunks = 0, bulk_d_chunks = 0;
+  int64_t edge_planes = 0, edge_d_chunks = 0;
+  int32_t d_segment_begin[kGramMaxClasses + 1] = {}, edge_segment_begin[kGramMaxClasses + 1] = {};
   int64_t bulk_pieces = 0, pieces = 0;
+  // Units (what a block stages one window for) per (sample, conv group): a bulk one per (D chunk,
+  // H chunk), its D-segments' pieces, then an edge one per (D chunk, edge group): the edge
+  // classes [edge_group_begin[g], edge_group_begin[g + 1]), consecutive ones whose rows with the
+  // lags' reach along H overlap or touch, in one window, each D-segment's piece per class.
+  int64_t edge_groups = 0;
+  int8_t edge_group_begin[kGramMaxClasses + 1] = {};
+  int64_t units_per_item = 0;
   // Floats a piece writes: per lag warp (dd, dw) c_in_g^2 x (2kH - 1) totals over the lanes
   // (a, b, dh), then the same values of each of its 2 x reach[2] edge lanes ([0, reach[2]) and
-  // [Wo, E[2])).
+  // [Wo, E[2])), each set value_stride apart (the values rounded up to 4: 16-byte stores).
+  int64_t value_stride = 0;
   int64_t piece_floats = 0;
   // A lag (dd, dw) per warp, one half of them (R is symmetric): (kD - 1) x (2kW - 1) + kW.
   int64_t warps = 0;
   int64_t items_per_launch = 0;  // (sample, conv group) items, partials at most kGramPartialBytes
-  size_t smem_bytes = 0;         // a window of the sums kernel (the largest piece's); it keeps two
+  size_t smem_bytes = 0;         // a window of the sums kernel (the largest unit's); it keeps two
   // The finalize's (per item and kGramGradChannels output channels): R and Sc, mu per column,
   // the channels' weights, w . Sc and e, in double.
   size_t finalize_smem_bytes = 0;
