@@ -20,13 +20,13 @@
 //    (headline: 45 multiply-adds per 6 shared loads; the centre lag (0, 0) 27: dh >= 0). At a
 //    piece's end a warp writes per (a, b, dh) its lanes' total (recursive halving: 62 shuffles
 //    for the 45 totals) and the values of its edge lanes, those some box along W leaves out.
-// 2. gram_box_sums_kernel: a thread per total and W-box k1w: R per box, in double and a fixed
+// 2. gram_box_sums_kernel: a thread per total: R per box, in double and a fixed
 //    order: along W the total minus the edge lanes outside the box, along D the pieces of the
 //    classes inside the box, along H all of them minus the edge pieces of the H-classes outside
 //    it; and R's mirror entry. gram_window_sums_kernel, a block per (item, input channel): Sc,
 //    the sums of xe over each tap's box. gram_item_grads_kernel, a block per item and 8 output
 //    channels: the item's share of the weight gradient (the identity), in double.
-// 3. gram_sample_sum_kernel: dweight = the items' shares summed over the samples in order.
+// 3. gram_sample_sum_kernel: dweight = the items' shares summed over the samples.
 // (Each step's measurements: benchmarks/h100-2026-11-26-gram-weight-grad/notes.txt.)
 // No atomics: every sum has a fixed order; results are deterministic.
 #include "common/cuda/device_info.cuh"
@@ -50,7 +50,8 @@ struct GramArgs {
   const void* coefficients;  // [N][C_out][3] of acc_t: alpha, m0, gamma
   const void* mu;            // [N][C_in] of acc_t
   float* partials;           // [items_per_launch][pieces][piece_floats]
-  double* gram_sums;         // [items_per_launch][J * J + J]: R, then Sc
+  double* gram_sums;         // [items_per_launch][J * J]: R
+  double* window_sums;       // [N * groups][J]: Sc
   double* item_grads;        // [N * groups][c_out_g][J]
   int64_t item0;             // the launch's first item: n * groups + conv group
   bool whole_rows;           // float32 and plan.whole_rows with x 16-byte aligned
@@ -548,12 +549,14 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 // ---------------------------------------------------------------------------------------
 // 2. R and Sc per item from the pieces, then the item's share of the weight gradient.
 
-// blockIdx: x the block of (total, k1w) pairs, y the launch's item; a thread per total of a
-// warp's share (a lag (dd, dw), channels (a, b), lag dh) and box k1w along W. Its value per box
-// (k1d, k1h) along D and H, in double and a fixed order: per piece the total minus the edge
-// lanes outside box k1w, over the bulk pieces of the D-classes inside the box, minus the edge
-// pieces of their H-classes outside it; each is one entry of R and its mirror.
+// blockIdx: x the block of totals, y the launch's item; a thread per total of a warp's share (a
+// lag (dd, dw), channels (a, b), lag dh). Its value per box (k1d, k1h, k1w), in double and a
+// fixed order: per piece the total minus the edge lanes outside box k1w along W, over the bulk
+// pieces of the D-classes inside the box, minus the edge pieces of their H-classes outside it;
+// each is one entry of R and its mirror. (A thread per total and box k1w, each loading the
+// total and its edge lanes, was 0.100 ms a step at the headline.)
 __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs a) {
+  constexpr int kTaps = static_cast<int>(conv::kGramMaxTaps);
   const conv::GramWeightGradPlan& plan = a.plan;
   const conv::Conv3dShape& s = a.p.conv;
   const int C = static_cast<int>(plan.c_in_g);
@@ -562,52 +565,63 @@ __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs 
   const int values = C * C * span_h, reach_w = static_cast<int>(plan.reach[2]);
   const int stride = static_cast<int>(plan.value_stride);
   const int edge_lanes = 2 * reach_w, dil_w = static_cast<int>(s.dilation[2]);
-  const int pair = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
-  if (pair >= plan.warps * values * kW) {
+  const int slot = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
+  if (slot >= plan.warps * values) {
     return;
   }
-  const int k1w = pair % kW, slot = pair / kW;
   const int warp = slot / values, rest = slot % values;
   const int i = rest / (C * span_h), j = rest / span_h % C, dh = rest % span_h - (kH - 1);
   const LagDW lag = lag_of_warp(warp, kW);
-  const int dd = lag.dd, dw = lag.dw, k2w = k1w + dw;
-  if (k2w < 0 || k2w >= kW || (dd == 0 && dw == 0 && dh < 0)) {
-    return;  // (no such taps; or the mirror of lag -dh with a and b swapped, which writes both)
+  const int dd = lag.dd, dw = lag.dw;
+  if (dd == 0 && dw == 0 && dh < 0) {
+    return;  // (the mirror of lag -dh with a and b swapped, which writes both)
   }
-  // The total's place in a piece, then its edge lanes' (`stride` apart); those outside box k1w:
-  // lanes [0, k1w * dil_w) and [k1w * dil_w + Wo, E_W).
+  // The total's place in a piece, then its edge lanes' (`stride` apart): slot e < reach_w is
+  // lane e, the others lane Wo + e - reach_w; outside box k1w: lanes [0, k1w * dil_w) and
+  // [k1w * dil_w + Wo, E_W).
   const int offset = warp * stride * (1 + edge_lanes) + rest;
-  const int low_out = k1w * dil_w;  // edge slots [0, low_out) and [reach_w + low_out, 2 reach_w)
+  const auto outside = [&](int e, int k1w) {
+    return e < reach_w ? e < k1w * dil_w : e - reach_w >= k1w * dil_w;
+  };
   const float* parts =
       a.partials + static_cast<int64_t>(blockIdx.y) * plan.pieces * plan.piece_floats + offset;
-  // Each piece's value (its total minus its edge lanes outside the box, in that order) goes
-  // to the boxes it counts for: a bulk piece of D-class c to those inside c (mask_d), an edge
-  // piece of D-class c and H-class h, subtracted, to those inside c but outside h. The pieces in
-  // order, kBatch at a time with each edge slot's loads of the batch issued together (one piece
-  // at a time, each load's latency was the kernel's: 12 of its 17 cycles per instruction).
+  // Each piece's value per box along W (its total minus its edge lanes outside the box, in
+  // slot order) goes to the boxes it counts for: a bulk piece of D-class c to those inside c
+  // (mask_d), an edge piece of D-class c and H-class h, subtracted, to those inside c but
+  // outside h. The pieces in order, kBatch at a time with each slot's loads of the batch issued
+  // together (one piece at a time, each load's latency was the kernel's).
   constexpr int kBatch = 4;
   const int h_chunks = static_cast<int>(plan.h_chunks), edges = static_cast<int>(plan.edge_classes);
   const int pieces = static_cast<int>(plan.pieces),
             bulk_pieces = static_cast<int>(plan.bulk_pieces);
-  double box[conv::kGramMaxTaps][conv::kGramMaxTaps] = {};
+  double box[kTaps][kTaps][kTaps] = {};  // [k1w][k1d][k1h]
   for (int first = 0; first < pieces; first += kBatch) {
     const float* v[kBatch];
-    double value[kBatch];
+    double value[kBatch][kTaps];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       v[u] = parts + static_cast<int64_t>(min(first + u, pieces - 1)) * plan.piece_floats;
-      value[u] = static_cast<double>(v[u][0]);
-    }
-    for (int e = 0; e < low_out; ++e) {
+      const double total = static_cast<double>(v[u][0]);
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        value[u] -= static_cast<double>(v[u][stride * (1 + e)]);
+      for (int k1w = 0; k1w < kTaps; ++k1w) {
+        value[u][k1w] = total;
       }
     }
-    for (int e = reach_w + low_out; e < edge_lanes; ++e) {
+#pragma unroll 4
+    for (int e = 0; e < edge_lanes; ++e) {
+      float lane_value[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        value[u] -= static_cast<double>(v[u][stride * (1 + e)]);
+        lane_value[u] = v[u][stride * (1 + e)];
+      }
+#pragma unroll
+      for (int k1w = 0; k1w < kTaps; ++k1w) {
+        if (outside(e, k1w)) {
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            value[u][k1w] -= static_cast<double>(lane_value[u]);
+          }
+        }
       }
     }
 #pragma unroll
@@ -624,42 +638,51 @@ __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs 
       const unsigned mask_d = plan.box_mask[0][c];
       const unsigned mask_h =
           edge ? plan.box_mask[1][plan.edge_class[(piece - bulk_pieces) % edges]] : ~0u;
-      const double signed_value = edge ? -value[u] : value[u];
 #pragma unroll
-      for (int k1d = 0; k1d < conv::kGramMaxTaps; ++k1d) {
+      for (int k1d = 0; k1d < kTaps; ++k1d) {
 #pragma unroll
-        for (int k1h = 0; k1h < conv::kGramMaxTaps; ++k1h) {
+        for (int k1h = 0; k1h < kTaps; ++k1h) {
           const bool counts =
               ((mask_d >> k1d) & 1) != 0 && (edge ? ((mask_h >> k1h) & 1) == 0 : true);
-          box[k1d][k1h] += counts ? signed_value : 0.0;
+#pragma unroll
+          for (int k1w = 0; k1w < kTaps; ++k1w) {
+            const double signed_value = edge ? -value[u][k1w] : value[u][k1w];
+            box[k1w][k1d][k1h] += counts ? signed_value : 0.0;
+          }
         }
       }
     }
   }
-  double* R = a.gram_sums + static_cast<int64_t>(blockIdx.y) * (J * J + J);
+  double* R = a.gram_sums + static_cast<int64_t>(blockIdx.y) * J * J;
 #pragma unroll
-  for (int k1d = 0; k1d < conv::kGramMaxTaps; ++k1d) {
+  for (int k1w = 0; k1w < kTaps; ++k1w) {
 #pragma unroll
-    for (int k1h = 0; k1h < conv::kGramMaxTaps; ++k1h) {
-      const int k2d = k1d + dd, k2h = k1h + dh;
-      if (k1d >= kD || k1h >= kH || k2d < 0 || k2d >= kD || k2h < 0 || k2h >= kH) {
-        continue;
-      }
-      const int t1 = (k1d * kH + k1h) * kW + k1w, t2 = (k2d * kH + k2h) * kW + k2w;
-      R[(i * taps + t1) * J + j * taps + t2] = box[k1d][k1h];
-      if (dd != 0 || dw != 0 || dh != 0) {  // R's other half (lag 0: its own slot)
-        R[(j * taps + t2) * J + i * taps + t1] = box[k1d][k1h];
+    for (int k1d = 0; k1d < kTaps; ++k1d) {
+#pragma unroll
+      for (int k1h = 0; k1h < kTaps; ++k1h) {
+        const int k2d = k1d + dd, k2h = k1h + dh, k2w = k1w + dw;
+        if (k1d >= kD || k1h >= kH || k1w >= kW || k2d < 0 || k2d >= kD || k2h < 0 || k2h >= kH ||
+            k2w < 0 || k2w >= kW) {
+          continue;
+        }
+        const int t1 = (k1d * kH + k1h) * kW + k1w, t2 = (k2d * kH + k2h) * kW + k2w;
+        R[(i * taps + t1) * J + j * taps + t2] = box[k1w][k1d][k1h];
+        if (dd != 0 || dw != 0 || dh != 0) {  // R's other half (lag 0: its own slot)
+          R[(j * taps + t2) * J + i * taps + t1] = box[k1w][k1d][k1h];
+        }
       }
     }
   }
 }
 
-// blockIdx: x the launch's item, y its input channel b. Sc[(b, k)] = the sum of xe[b] over box
-// k of the padded input (its positions [k * dilation, k * dilation + out) per dim): a lane per
-// position along W, each of 32 warps every 32nd row (d, h), adding the row's value into the boxes
-// along D and H that hold the row (at most 9); then, in double and a fixed order, the warps' sums
-// per lane and the lanes of each box along W.
-constexpr int kWindowSumWarps = 32;
+// blockIdx: x the item (one launch for all), y its input channel b. Sc[(b, k)] = the sum of
+// xe[b] over box k of the padded input (its positions [k * dilation, k * dilation + out) per
+// dim): a lane per position along W, each of 8 warps every 8th row (d, h), adding the row's
+// value into the boxes along D and H that hold the row (at most 9); then, in double and a fixed
+// order, the warps' sums per lane and the lanes of each box along W. (Blocks of 32 warps, a
+// launch per launch of the sums, were 0.049 ms a step at the headline: one block per SM, 4
+// rows in flight per warp.)
+constexpr int kWindowSumWarps = 8;
 
 template <typename T>
 __global__ void __launch_bounds__(kWindowSumWarps* kWarpSize)
@@ -672,7 +695,7 @@ __global__ void __launch_bounds__(kWindowSumWarps* kWarpSize)
   __shared__ double lanes_s[kTaps * kTaps][kLanes];
   const conv::GramWeightGradPlan& plan = a.plan;
   const conv::Conv3dShape& s = a.p.conv;
-  const int64_t item = a.item0 + blockIdx.x;
+  const int64_t item = blockIdx.x;
   const int64_t n = item / s.groups, g = item % s.groups;
   const int b = static_cast<int>(blockIdx.y), C = static_cast<int>(plan.c_in_g);
   const int kD = static_cast<int>(s.kD), kH = static_cast<int>(s.kH), kW = static_cast<int>(s.kW);
@@ -691,7 +714,7 @@ __global__ void __launch_bounds__(kWindowSumWarps* kWarpSize)
   float sums[kTaps][kTaps] = {};
   // Rows in groups of kRowsInFlight per warp, their loads issued first (the sums are latency-
   // bound otherwise: one block per (item, channel), under a wave).
-  constexpr int kRowsInFlight = 4;
+  constexpr int kRowsInFlight = 8;
   const int total_rows = static_cast<int>(plan.E[0]) * EH;
   for (int r0 = warp; r0 < total_rows; r0 += kRowsInFlight * kWarps) {
     float v[kRowsInFlight];
@@ -736,7 +759,7 @@ __global__ void __launch_bounds__(kWindowSumWarps* kWarpSize)
   }
   __syncthreads();
   const int J = C * kD * kH * kW;
-  double* Sc = a.gram_sums + static_cast<int64_t>(blockIdx.x) * (J * J + J) + J * J;
+  double* Sc = a.window_sums + item * J;
   const int t = static_cast<int>(threadIdx.x);  // a tap (kd, kh, kw) per thread
   if (t < kD * kH * kW) {
     const int kd = t / (kH * kW), kh = t / kW % kH, kw = t % kW;
@@ -770,11 +793,12 @@ __global__ void __launch_bounds__(kThreads) gram_item_grads_kernel(const GramArg
   double* e_c = w_sc + kChannels;      // [kChannels]
   const int64_t item = a.item0 + blockIdx.x;
   const int64_t n = item / s.groups, g = item % s.groups;
-  const double* sums = a.gram_sums + static_cast<int64_t>(blockIdx.x) * (J * J + J);
+  const double* R_item = a.gram_sums + static_cast<int64_t>(blockIdx.x) * J * J;
+  const double* Sc_item = a.window_sums + item * J;
   const acc_t* mu = static_cast<const acc_t*>(a.mu) + n * s.C_in + g * C;
   const T* weight = static_cast<const T*>(a.p.weight) + (g * c_out_g + c0) * J;
   for (int e = threadIdx.x; e < J * J + J; e += kThreads) {
-    R[e] = sums[e];  // (R, then Sc)
+    R[e] = e < J * J ? R_item[e] : Sc_item[e - J * J];  // (R, then Sc)
   }
   for (int j = threadIdx.x; j < J; j += kThreads) {
     mu_col[j] = static_cast<double>(mu[j / taps]);
@@ -811,23 +835,30 @@ __global__ void __launch_bounds__(kThreads) gram_item_grads_kernel(const GramArg
 }
 
 // ---------------------------------------------------------------------------------------
-// 3. dweight: the items' shares, over n in order.
+// 3. dweight: the items' shares summed over n: a warp per element of dweight, lane l summing
+// n = l, l + 32, ... in order, then the lanes by xor butterfly (a fixed order). (A thread per
+// element summing all n in order, 2K threads with 128 dependent loads each at the headline,
+// was 0.014 ms.)
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) gram_sample_sum_kernel(const GramArgs a) {
   const conv::Conv3dShape& s = a.p.conv;
   const int64_t J = a.plan.c_in_g * s.kD * s.kH * s.kW;
   const int64_t per_group = a.plan.c_out_g * J;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   if (i >= s.C_out * J) {
-    return;
+    return;  // (whole warps)
   }
   const int64_t g = i / per_group, r = i % per_group;
   double total = 0.0;
-  for (int64_t n = 0; n < s.N; ++n) {
+  for (int64_t n = lane; n < s.N; n += kWarpSize) {
     total += a.item_grads[(n * s.groups + g) * per_group + r];
   }
-  static_cast<T*>(a.p.dweight)[i] = ScalarOps<T>::from_double(total);
+  total = subwarp_allreduce_sum(total, kWarpSize);
+  if (lane == 0) {
+    static_cast<T*>(a.p.dweight)[i] = ScalarOps<T>::from_double(total);
+  }
 }
 
 template <typename T, int kC>
@@ -861,6 +892,7 @@ auto lag_sums_kernel(int64_t c_in_g, int64_t kH) -> void (*)(GramArgs, int) {
 struct GramWorkspace {
   float* partials;
   double* gram_sums;
+  double* window_sums;
   double* item_grads;
   size_t bytes;
 };
@@ -871,7 +903,8 @@ GramWorkspace carve_gram(const conv::Conv3dGroupNormMeanBackwardParams& p,
   GramWorkspace ws;
   ws.partials = carver.take<float>(plan.items_per_launch * plan.pieces * plan.piece_floats);
   const int64_t J = plan.c_in_g * p.conv.kD * p.conv.kH * p.conv.kW;
-  ws.gram_sums = carver.take<double>(plan.items_per_launch * (J * J + J));
+  ws.gram_sums = carver.take<double>(plan.items_per_launch * J * J);
+  ws.window_sums = carver.take<double>(p.conv.N * p.conv.groups * J);
   ws.item_grads = carver.take<double>(p.conv.N * p.conv.C_out * J);
   ws.bytes = carver.bytes();
   return ws;
@@ -906,7 +939,9 @@ cudaError_t gram_weight_grad_launch(const conv::Conv3dGroupNormMeanBackwardParam
   const GramWorkspace ws = carve_gram(p, plan, workspace);
   const bool whole_rows =
       std::is_same_v<T, float> && plan.whole_rows && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
-  GramArgs args{p, plan, coefficients, mu, ws.partials, ws.gram_sums, ws.item_grads, 0, whole_rows};
+  GramArgs args{p,           plan,         coefficients,   mu,
+                ws.partials, ws.gram_sums, ws.window_sums, ws.item_grads,
+                0,           whole_rows};
   const conv::Conv3dShape& s = p.conv;
   FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(sums_kernel,
                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -916,11 +951,16 @@ cudaError_t gram_weight_grad_launch(const conv::Conv3dGroupNormMeanBackwardParam
                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       static_cast<int>(plan.finalize_smem_bytes)));
   const int64_t size = s.C_out * plan.c_in_g * s.kD * s.kH * s.kW;
-  if (!grid_fits(ceil_div(size, kThreads))) {
+  const int64_t sample_sum_blocks = ceil_div(size * kWarpSize, kThreads);  // a warp per element
+  if (!grid_fits(sample_sum_blocks)) {
     return cudaErrorInvalidConfiguration;
   }
   const int64_t items = s.N * s.groups;
   const unsigned threads = static_cast<unsigned>(plan.warps * kWarpSize);
+  gram_window_sums_kernel<T>
+      <<<dim3(static_cast<unsigned>(items), static_cast<unsigned>(plan.c_in_g)),
+         kWindowSumWarps * kWarpSize, 0, stream>>>(args);
+  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
   for (int64_t item0 = 0; item0 < items; item0 += plan.items_per_launch) {
     const int64_t count = std::min(plan.items_per_launch, items - item0);
     args.item0 = item0;
@@ -928,14 +968,10 @@ cudaError_t gram_weight_grad_launch(const conv::Conv3dGroupNormMeanBackwardParam
     sums_kernel<<<static_cast<unsigned>(std::min<int64_t>(units, sms)), threads,
                   2 * plan.smem_bytes, stream>>>(args, static_cast<int>(units));
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-    const int64_t pairs = plan.warps * plan.c_in_g * plan.c_in_g * (2 * s.kH - 1) * s.kW;
-    gram_box_sums_kernel<<<dim3(static_cast<unsigned>(ceil_div(pairs, kThreads)),
+    const int64_t totals = plan.warps * plan.c_in_g * plan.c_in_g * (2 * s.kH - 1);
+    gram_box_sums_kernel<<<dim3(static_cast<unsigned>(ceil_div(totals, kThreads)),
                                 static_cast<unsigned>(count)),
                            kThreads, 0, stream>>>(args);
-    FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-    gram_window_sums_kernel<T>
-        <<<dim3(static_cast<unsigned>(count), static_cast<unsigned>(plan.c_in_g)),
-           kWindowSumWarps * kWarpSize, 0, stream>>>(args);
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     gram_item_grads_kernel<T>
         <<<dim3(static_cast<unsigned>(count),
@@ -944,7 +980,7 @@ cudaError_t gram_weight_grad_launch(const conv::Conv3dGroupNormMeanBackwardParam
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
   }
   gram_sample_sum_kernel<T>
-      <<<static_cast<unsigned>(ceil_div(size, kThreads)), kThreads, 0, stream>>>(args);
+      <<<static_cast<unsigned>(sample_sum_blocks), kThreads, 0, stream>>>(args);
   return cudaGetLastError();
 }
 
