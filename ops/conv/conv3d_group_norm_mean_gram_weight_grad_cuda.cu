@@ -677,21 +677,25 @@ __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs 
 
 // blockIdx: x the item (one launch for all), y its input channel b. Sc[(b, k)] = the sum of
 // xe[b] over box k of the padded input (its positions [k * dilation, k * dilation + out) per
-// dim): a lane per position along W, each of 8 warps every 8th row (d, h), adding the row's
-// value into the boxes along D and H that hold the row (at most 9); then, in double and a fixed
-// order, the warps' sums per lane and the lanes of each box along W. (Blocks of 32 warps, a
-// launch per launch of the sums, were 0.049 ms a step at the headline: one block per SM, 4
-// rows in flight per warp.)
+// dim, S = Do * Ho * Wo of them) = X[b, k] - S * mu[b], X the sum of xe over the box's
+// positions inside the input (the padding's xe is -mu). A lane per position along W, each of 8
+// warps every 8th plane: per plane the float sums of each box along H (16 rows' loads in
+// flight, each batch's rows of a box as a bit mask), added in double into the boxes along D
+// that hold the plane; then in a fixed order the warps' sums per lane and the lanes of each
+// box along W. (Each row's boxes found by divisions, 33 instructions a row, and 8 rows in
+// flight: 0.045 ms a step at the headline; blocks of 32 warps, a launch per launch of the sums,
+// 0.049.)
 constexpr int kWindowSumWarps = 8;
 
 template <typename T>
-__global__ void __launch_bounds__(kWindowSumWarps* kWarpSize)
+__global__ void __launch_bounds__(kWindowSumWarps* kWarpSize, 4)
     gram_window_sums_kernel(const GramArgs a) {
   using acc_t = typename ScalarOps<T>::acc_t;
   constexpr int kTaps = static_cast<int>(conv::kGramMaxTaps);
   constexpr int kWarps = kWindowSumWarps;
   constexpr int kBlock = kWarps * kWarpSize;
-  __shared__ float rows_s[kWarps][kTaps * kTaps][kLanes];
+  constexpr int kRowsInFlight = 16;
+  __shared__ double rows_s[kWarps][kTaps * kTaps][kLanes];
   __shared__ double lanes_s[kTaps * kTaps][kLanes];
   const conv::GramWeightGradPlan& plan = a.plan;
   const conv::Conv3dShape& s = a.p.conv;
@@ -699,7 +703,6 @@ __global__ void __launch_bounds__(kWindowSumWarps* kWarpSize)
   const int64_t n = item / s.groups, g = item % s.groups;
   const int b = static_cast<int>(blockIdx.y), C = static_cast<int>(plan.c_in_g);
   const int kD = static_cast<int>(s.kD), kH = static_cast<int>(s.kH), kW = static_cast<int>(s.kW);
-  const int EH = static_cast<int>(plan.E[1]), EW = static_cast<int>(plan.E[2]);
   const int D = static_cast<int>(s.D), H = static_cast<int>(s.H), W = static_cast<int>(s.W);
   const int pad_d = static_cast<int>(s.padding[0]), pad_h = static_cast<int>(s.padding[1]),
             pad_w = static_cast<int>(s.padding[2]);
@@ -710,34 +713,38 @@ __global__ void __launch_bounds__(kWindowSumWarps* kWarpSize)
   const float mu = static_cast<const acc_t*>(a.mu)[n * s.C_in + g * C + b];
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int xw = lane - pad_w;
-  float sums[kTaps][kTaps] = {};
-  // Rows in groups of kRowsInFlight per warp, their loads issued first (the sums are latency-
-  // bound otherwise: one block per (item, channel), under a wave).
-  constexpr int kRowsInFlight = 8;
-  const int total_rows = static_cast<int>(plan.E[0]) * EH;
-  for (int r0 = warp; r0 < total_rows; r0 += kRowsInFlight * kWarps) {
-    float v[kRowsInFlight];
+  // Box k of a dim in input positions: [k * dil - pad, k * dil - pad + out).
+  const auto in_box = [](int i, int pad, int k, int dil, int out) {
+    return i + pad >= k * dil && i + pad < k * dil + out;
+  };
+  double sums[kTaps][kTaps] = {};  // [kd][kh]: this lane's over the warp's planes
+  for (int d = warp; d < D; d += kWarps) {
+    const T* row = x + static_cast<int64_t>(d) * H * W + min(lane, W - 1);
+    float rows[kTaps] = {};  // [kh]: the plane's sums of xe over box kh's rows
+    for (int h0 = 0; h0 < H; h0 += kRowsInFlight, row += kRowsInFlight * W) {
+      float v[kRowsInFlight];
 #pragma unroll
-    for (int u = 0; u < kRowsInFlight; ++u) {
-      const int r = r0 + u * kWarps;
-      const int xd = r / EH - pad_d, xh = r % EH - pad_h;
-      const bool inside =
-          r < total_rows && xd >= 0 && xd < D && xh >= 0 && xh < H && xw >= 0 && xw < W;
-      v[u] = inside ? ScalarOps<T>::to_acc(x[(static_cast<int64_t>(xd) * H + xh) * W + xw]) : 0.0f;
+      for (int u = 0; u < kRowsInFlight; ++u) {
+        v[u] = h0 + u < H ? ScalarOps<T>::to_acc(row[u * W]) - mu : 0.0f;
+      }
+#pragma unroll
+      for (int kh = 0; kh < kTaps; ++kh) {
+        // Bit u: row h0 + u in box kh ([lo, hi) of the batch's rows, clipped to H).
+        const int lo = min(max(kh * dil_h - pad_h - h0, 0), kRowsInFlight);
+        const int hi = min(max(min(kh * dil_h - pad_h + Ho, H) - h0, 0), kRowsInFlight);
+        const unsigned mask = ((1u << hi) - 1u) & ~((1u << lo) - 1u);
+#pragma unroll
+        for (int u = 0; u < kRowsInFlight; ++u) {
+          rows[kh] += (mask >> u) & 1u ? v[u] : 0.0f;
+        }
+      }
     }
 #pragma unroll
-    for (int u = 0; u < kRowsInFlight; ++u) {
-      const int r = r0 + u * kWarps;
-      const int pd = r / EH, ph = r % EH;
-      const float value = r < total_rows && lane < EW ? v[u] - mu : 0.0f;
-#pragma unroll
-      for (int kd = 0; kd < kTaps; ++kd) {
+    for (int kd = 0; kd < kTaps; ++kd) {
+      if (in_box(d, pad_d, kd, dil_d, Do)) {
 #pragma unroll
         for (int kh = 0; kh < kTaps; ++kh) {
-          const bool in_box =
-              pd >= kd * dil_d && pd < kd * dil_d + Do && ph >= kh * dil_h && ph < kh * dil_h + Ho;
-          sums[kd][kh] += in_box ? value : 0.0f;
+          sums[kd][kh] += static_cast<double>(rows[kh]);
         }
       }
     }
@@ -753,21 +760,32 @@ __global__ void __launch_bounds__(kWindowSumWarps* kWarpSize)
   for (int i = static_cast<int>(threadIdx.x); i < kTaps * kTaps * kLanes; i += kBlock) {
     double total = 0.0;
     for (int w = 0; w < kWarps; ++w) {
-      total += static_cast<double>(rows_s[w][i / kLanes][i % kLanes]);
+      total += rows_s[w][i / kLanes][i % kLanes];
     }
     lanes_s[i / kLanes][i % kLanes] = total;
   }
   __syncthreads();
   const int J = C * kD * kH * kW;
+  const double S = static_cast<double>(s.Do * s.Ho * s.Wo);
   double* Sc = a.window_sums + item * J;
   const int t = static_cast<int>(threadIdx.x);  // a tap (kd, kh, kw) per thread
   if (t < kD * kH * kW) {
     const int kd = t / (kH * kW), kh = t / kW % kH, kw = t % kW;
+    // The positions inside the input (the lanes w < W), then the padding's -mu each.
     double total = 0.0;
-    for (int l = kw * dil_w; l < kw * dil_w + Wo; ++l) {
-      total += lanes_s[kd * kTaps + kh][l];
+    int inside = 0;
+    for (int w = 0; w < W; ++w) {
+      if (in_box(w, pad_w, kw, dil_w, Wo)) {
+        total += lanes_s[kd * kTaps + kh][w];
+        ++inside;
+      }
     }
-    Sc[b * kD * kH * kW + t] = total;
+    const auto count = [&](int extent, int pad, int k, int dil, int out) {
+      return max(0, min(k * dil - pad + out, extent) - max(k * dil - pad, 0));
+    };
+    const double inside_positions = static_cast<double>(count(D, pad_d, kd, dil_d, Do)) *
+                                    count(H, pad_h, kh, dil_h, Ho) * inside;
+    Sc[b * kD * kH * kW + t] = total - (S - inside_positions) * static_cast<double>(mu);
   }
 }
 
