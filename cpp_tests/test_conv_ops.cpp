@@ -566,6 +566,16 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
       CHECK(plan.items_per_launch == 28);
     }
   }
+  // The box sums' piece codes (2 bytes each in shared memory) bound the pieces per item.
+  const conv::GramWeightGradPlan deep = conv::plan_conv3d_group_norm_mean_gram_weight_grad(
+      stride1_shape({1, 3, 60000, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      ScalarKind::kFloat, kSmem);
+  CHECK(deep.supported);
+  CHECK(deep.pieces <= conv::kGramMaxPieces);
+  CHECK_FALSE(conv::plan_conv3d_group_norm_mean_gram_weight_grad(
+                  stride1_shape({1, 3, 70000, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+                  ScalarKind::kFloat, kSmem)
+                  .supported);
   conv::Conv3dShape strided = headline;
   strided.stride[1] = 2, strided.Ho = 15;
   const conv::Conv3dShape outside[] = {
@@ -717,6 +727,16 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
   // Outside: stride 2, dilation along D, 5 input channels per group, kernel sizes 4 and (2, 3,
   // 3), and more table products than the direct input gradient's (4 input channels, 8 outputs
   // per group).
+  // The box sums' piece codes (2 bytes each in shared memory) bound the pieces per item.
+  const conv::GramWeightGradPlan deep = conv::plan_conv3d_group_norm_mean_gram_weight_grad(
+      stride1_shape({1, 3, 60000, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      ScalarKind::kFloat, kSmem);
+  CHECK(deep.supported);
+  CHECK(deep.pieces <= conv::kGramMaxPieces);
+  CHECK_FALSE(conv::plan_conv3d_group_norm_mean_gram_weight_grad(
+                  stride1_shape({1, 3, 70000, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+                  ScalarKind::kFloat, kSmem)
+                  .supported);
   conv::Conv3dShape strided = headline;
   strided.stride[1] = 2, strided.Ho = 15;
   const conv::Conv3dShape outside[] = {

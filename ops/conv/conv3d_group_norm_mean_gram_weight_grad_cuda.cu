@@ -20,7 +20,7 @@
 //    (headline: 45 multiply-adds per 6 shared loads; the centre lag (0, 0) 27: dh >= 0). At a
 //    piece's end a warp writes per (a, b, dh) its lanes' total (recursive halving: 62 shuffles
 //    for the 45 totals) and the values of its edge lanes, those some box along W leaves out.
-// 2. gram_box_sums_kernel: a thread per total: R per box, in double and a fixed
+// 2. gram_box_sums_kernel: 4 lanes per total: R per box, in double and a fixed
 //    order: along W the total minus the edge lanes outside the box, along D the pieces of the
 //    classes inside the box, along H all of them minus the edge pieces of the H-classes outside
 //    it; and R's mirror entry. gram_window_sums_kernel, a block per (item, input channel): Sc,
@@ -549,25 +549,64 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 // ---------------------------------------------------------------------------------------
 // 2. R and Sc per item from the pieces, then the item's share of the weight gradient.
 
-// blockIdx: x the block of totals, y the launch's item; a thread per total of a warp's share (a
-// lag (dd, dw), channels (a, b), lag dh). Its value per box (k1d, k1h, k1w), in double and a
-// fixed order: per piece the total minus the edge lanes outside box k1w along W, over the bulk
-// pieces of the D-classes inside the box, minus the edge pieces of their H-classes outside it;
-// each is one entry of R and its mirror. (A thread per total and box k1w, each loading the
-// total and its edge lanes, was 0.100 ms a step at the headline.)
+// Per piece, the boxes (k1d, k1h) of the D and H taps it counts for (bit k1d * kTaps + k1h) and
+// its sign (bit kGramPieceSubtracted: edge pieces are subtracted): a bulk piece of D-class c
+// counts for the boxes inside c (box_mask[0][c]), an edge piece of D-class c and H-class h for
+// those inside c but outside h. The same for every total: gram_box_sums_kernel finds them once
+// per block, into shared memory.
+constexpr unsigned kGramPieceSubtracted = 1u << (conv::kGramMaxTaps * conv::kGramMaxTaps);
+__device__ inline uint16_t gram_piece_code(const conv::GramWeightGradPlan& plan, int piece) {
+  constexpr int kTaps = static_cast<int>(conv::kGramMaxTaps);
+  constexpr unsigned kEveryBox = (1u << kTaps) - 1u;
+  const int bulk_pieces = static_cast<int>(plan.bulk_pieces);
+  const bool edge = piece >= bulk_pieces;
+  const int edges = static_cast<int>(plan.edge_classes);
+  const int segment =
+      edge ? (piece - bulk_pieces) / edges : piece / static_cast<int>(plan.h_chunks);
+  const int c = class_of_segment(edge ? plan.edge_segment_begin : plan.d_segment_begin,
+                                 static_cast<int>(plan.classes[0]), segment);
+  const unsigned mask_d = plan.box_mask[0][c];
+  const unsigned mask_h =
+      edge ? ~plan.box_mask[1][plan.edge_class[(piece - bulk_pieces) % edges]] & kEveryBox
+           : kEveryBox;
+  unsigned code = edge ? kGramPieceSubtracted : 0u;
+  for (int k1d = 0; k1d < kTaps; ++k1d) {
+    code |= ((mask_d >> k1d) & 1u) != 0 ? mask_h << (k1d * kTaps) : 0u;
+  }
+  return static_cast<uint16_t>(code);
+}
+
+// blockIdx: x the block of totals, y the launch's item; kBoxSumLanes lanes per total of a warp's
+// share (a lag (dd, dw), channels (a, b), lag dh), each taking every kBoxSumLanes-th batch of
+// pieces. The total's value per box (k1d, k1h, k1w), in double and a fixed order: per piece the
+// total minus the edge lanes outside box k1w along W, times the piece's coefficient for (k1d,
+// k1h) (1, -1 or 0: gram_piece_code); the lanes' sums added by butterfly; each is one entry of
+// R and its mirror. (A thread per total and box k1w, each loading the total and its edge lanes,
+// was 0.100 ms a step at the headline; a thread per total 0.087, its 30 pieces one batch after
+// another; 4 lanes a total finding each piece's boxes by divisions and adding under selects,
+// 336 instructions a piece, 0.082.)
+constexpr int kBoxSumLanes = 4;
+
 __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs a) {
   constexpr int kTaps = static_cast<int>(conv::kGramMaxTaps);
+  extern __shared__ uint16_t piece_codes[];  // [plan.pieces]
   const conv::GramWeightGradPlan& plan = a.plan;
   const conv::Conv3dShape& s = a.p.conv;
+  const int pieces = static_cast<int>(plan.pieces);
+  for (int p = static_cast<int>(threadIdx.x); p < pieces; p += kThreads) {
+    piece_codes[p] = gram_piece_code(plan, p);
+  }
+  __syncthreads();
   const int C = static_cast<int>(plan.c_in_g);
   const int kD = static_cast<int>(s.kD), kH = static_cast<int>(s.kH), kW = static_cast<int>(s.kW);
   const int taps = kD * kH * kW, J = C * taps, span_h = 2 * kH - 1;
   const int values = C * C * span_h, reach_w = static_cast<int>(plan.reach[2]);
   const int stride = static_cast<int>(plan.value_stride);
   const int edge_lanes = 2 * reach_w, dil_w = static_cast<int>(s.dilation[2]);
-  const int slot = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
+  const int thread = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
+  const int slot = thread / kBoxSumLanes, part = thread % kBoxSumLanes;
   if (slot >= plan.warps * values) {
-    return;
+    return;  // (a slot's lanes together: kBoxSumLanes divides the warp)
   }
   const int warp = slot / values, rest = slot % values;
   const int i = rest / (C * span_h), j = rest / span_h % C, dh = rest % span_h - (kH - 1);
@@ -585,17 +624,13 @@ __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs 
   };
   const float* parts =
       a.partials + static_cast<int64_t>(blockIdx.y) * plan.pieces * plan.piece_floats + offset;
-  // Each piece's value per box along W (its total minus its edge lanes outside the box, in
-  // slot order) goes to the boxes it counts for: a bulk piece of D-class c to those inside c
-  // (mask_d), an edge piece of D-class c and H-class h, subtracted, to those inside c but
-  // outside h. The pieces in order, kBatch at a time with each slot's loads of the batch issued
-  // together (one piece at a time, each load's latency was the kernel's).
+  // The pieces kBatch at a time, each slot's loads of the batch issued together (one piece at
+  // a time, each load's latency was the kernel's). (A coefficient of 0 times a piece's value is
+  // 0 unless the value is not finite; the weight gradient is NaN then either way: the
+  // GroupNorm statistics are.)
   constexpr int kBatch = 4;
-  const int h_chunks = static_cast<int>(plan.h_chunks), edges = static_cast<int>(plan.edge_classes);
-  const int pieces = static_cast<int>(plan.pieces),
-            bulk_pieces = static_cast<int>(plan.bulk_pieces);
-  double box[kTaps][kTaps][kTaps] = {};  // [k1w][k1d][k1h]
-  for (int first = 0; first < pieces; first += kBatch) {
+  double box[kTaps][kTaps * kTaps] = {};  // [k1w][k1d * kTaps + k1h]
+  for (int first = part * kBatch; first < pieces; first += kBoxSumLanes * kBatch) {
     const float* v[kBatch];
     double value[kBatch][kTaps];
 #pragma unroll
@@ -626,32 +661,33 @@ __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs 
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int piece = first + u;
-      if (piece >= pieces) {
-        break;
-      }
-      // The piece's D-segment, D-class and (edge pieces) H-class.
-      const bool edge = piece >= bulk_pieces;
-      const int segment = edge ? (piece - bulk_pieces) / edges : piece / h_chunks;
-      const int c = class_of_segment(edge ? plan.edge_segment_begin : plan.d_segment_begin,
-                                     static_cast<int>(plan.classes[0]), segment);
-      const unsigned mask_d = plan.box_mask[0][c];
-      const unsigned mask_h =
-          edge ? plan.box_mask[1][plan.edge_class[(piece - bulk_pieces) % edges]] : ~0u;
+      const unsigned code = first + u < pieces ? piece_codes[first + u] : 0u;
+      const double sign = (code & kGramPieceSubtracted) != 0 ? -1.0 : 1.0;
 #pragma unroll
-      for (int k1d = 0; k1d < kTaps; ++k1d) {
+      for (int k = 0; k < kTaps * kTaps; ++k) {
+        const double coefficient = ((code >> k) & 1u) != 0 ? sign : 0.0;
 #pragma unroll
-        for (int k1h = 0; k1h < kTaps; ++k1h) {
-          const bool counts =
-              ((mask_d >> k1d) & 1) != 0 && (edge ? ((mask_h >> k1h) & 1) == 0 : true);
-#pragma unroll
-          for (int k1w = 0; k1w < kTaps; ++k1w) {
-            const double signed_value = edge ? -value[u][k1w] : value[u][k1w];
-            box[k1w][k1d][k1h] += counts ? signed_value : 0.0;
-          }
+        for (int k1w = 0; k1w < kTaps; ++k1w) {
+          box[k1w][k] = fma(coefficient, value[u][k1w], box[k1w][k]);
         }
       }
     }
+  }
+  // The slot's lanes' sums, in a fixed order: ((q0 + q1) + (q2 + q3)) for 4 lanes.
+  const unsigned group = ((1u << kBoxSumLanes) - 1u)
+                         << (threadIdx.x % kWarpSize / kBoxSumLanes * kBoxSumLanes);
+#pragma unroll
+  for (int lanes = 1; lanes < kBoxSumLanes; lanes *= 2) {
+#pragma unroll
+    for (int k1w = 0; k1w < kTaps; ++k1w) {
+#pragma unroll
+      for (int k = 0; k < kTaps * kTaps; ++k) {
+        box[k1w][k] += __shfl_xor_sync(group, box[k1w][k], lanes);
+      }
+    }
+  }
+  if (part != 0) {
+    return;
   }
   double* R = a.gram_sums + static_cast<int64_t>(blockIdx.y) * J * J;
 #pragma unroll
@@ -666,9 +702,10 @@ __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs 
           continue;
         }
         const int t1 = (k1d * kH + k1h) * kW + k1w, t2 = (k2d * kH + k2h) * kW + k2w;
-        R[(i * taps + t1) * J + j * taps + t2] = box[k1w][k1d][k1h];
+        const double r = box[k1w][k1d * kTaps + k1h];
+        R[(i * taps + t1) * J + j * taps + t2] = r;
         if (dd != 0 || dw != 0 || dh != 0) {  // R's other half (lag 0: its own slot)
-          R[(j * taps + t2) * J + i * taps + t1] = box[k1w][k1d][k1h];
+          R[(j * taps + t2) * J + i * taps + t1] = r;
         }
       }
     }
@@ -987,9 +1024,9 @@ cudaError_t gram_weight_grad_launch(const conv::Conv3dGroupNormMeanBackwardParam
                   2 * plan.smem_bytes, stream>>>(args, static_cast<int>(units));
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     const int64_t totals = plan.warps * plan.c_in_g * plan.c_in_g * (2 * s.kH - 1);
-    gram_box_sums_kernel<<<dim3(static_cast<unsigned>(ceil_div(totals, kThreads)),
+    gram_box_sums_kernel<<<dim3(static_cast<unsigned>(ceil_div(totals * kBoxSumLanes, kThreads)),
                                 static_cast<unsigned>(count)),
-                           kThreads, 0, stream>>>(args);
+                           kThreads, plan.pieces * sizeof(uint16_t), stream>>>(args);
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     gram_item_grads_kernel<T>
         <<<dim3(static_cast<unsigned>(count),

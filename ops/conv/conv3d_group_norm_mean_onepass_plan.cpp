@@ -618,7 +618,7 @@ GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShap
   plan.items_per_launch = ceil_div(items, ceil_div(items, most));
   constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
   if (s.D * s.H * s.W > kMax32 || plan.E[0] * plan.E[1] * plan.E[2] > kMax32 ||
-      s.N * s.C_in > kMax32 || plan.pieces > kMax32 ||
+      s.N * s.C_in > kMax32 || plan.pieces > kGramMaxPieces ||
       plan.items_per_launch * plan.pieces * plan.piece_floats > kMax32 ||
       plan.items_per_launch * plan.units_per_item > kMax32) {
     return plan;

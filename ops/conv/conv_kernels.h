@@ -386,6 +386,9 @@ struct GramWeightGradPlan {
   size_t finalize_smem_bytes = 0;
 };
 constexpr size_t kGramPartialBytes = size_t{16} << 20;
+// Pieces per item at most: the box sums keep a 2-byte code per piece in shared memory (48 KB;
+// a padded D of ~65K planes at the headline's H and W).
+constexpr int64_t kGramMaxPieces = 24576;
 constexpr int64_t kGramGradChannels = 8;
 GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShape& s,
                                                                 ScalarKind dtype,
