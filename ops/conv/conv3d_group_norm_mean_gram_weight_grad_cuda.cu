@@ -220,7 +220,7 @@ __device__ __forceinline__ void load_item_mu(const GramArgs& a, const UnitWork& 
   }
 }
 
-// The window of a piece: xe = x - mu at padded (d0 + plane, h0 - reach_h + j, col - margin)
+// The window of a unit: xe = x - mu at padded (d0 + plane, h_first + j, col - margin)
 // inside the padded input (-mu in the padding), 0 past it. float32: x by asynchronous copies
 // (zero-filled outside the input; 16 bytes each where whole_rows), centred by centre_window
 // once they landed; other types through registers, centred here.
@@ -714,9 +714,9 @@ __global__ void __launch_bounds__(kThreads) gram_box_sums_kernel(const GramArgs 
 
 // blockIdx: x the item (one launch for all), y its input channel b. Sc[(b, k)] = the sum of
 // xe[b] over box k of the padded input (its positions [k * dilation, k * dilation + out) per
-// dim, S = Do * Ho * Wo of them) = X[b, k] - S * mu[b], X the sum of xe over the box's
-// positions inside the input (the padding's xe is -mu). A lane per position along W, each of 8
-// warps every 8th plane: per plane the float sums of each box along H (16 rows' loads in
+// dim, S = Do * Ho * Wo of them) = X[b, k] - (S - I[k]) * mu[b], X the sum of xe over the
+// box's I[k] positions inside the input (the padding's xe is -mu). A lane per position along W,
+// each of 8 warps every 8th plane: per plane the float sums of each box along H (16 rows' loads in
 // flight, each batch's rows of a box as a bit mask), added in double into the boxes along D
 // that hold the plane; then in a fixed order the warps' sums per lane and the lanes of each
 // box along W. (Each row's boxes found by divisions, 33 instructions a row, and 8 rows in
