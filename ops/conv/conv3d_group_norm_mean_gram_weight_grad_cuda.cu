@@ -380,6 +380,21 @@ __device__ __forceinline__ void add_lag_products(float (&acc)[kC][kC][2 * kKH - 
   }
 }
 
+// acc = 0: a lane's lag sums, after a piece's share is written.
+template <int kC, int kKH>
+__device__ __forceinline__ void zero_lag_sums(float (&acc)[kC][kC][2 * kKH - 1]) {
+#pragma unroll
+  for (int i = 0; i < kC; ++i) {
+#pragma unroll
+    for (int j = 0; j < kC; ++j) {
+#pragma unroll
+      for (int l = 0; l < 2 * kKH - 1; ++l) {
+        acc[i][j][l] = 0.0f;
+      }
+    }
+  }
+}
+
 // The values a lane's sums are written as, rounded up to 4 (plan.value_stride: 16-byte stores).
 template <int kC, int kKH>
 constexpr int kValueStride = (kC * kC * (2 * kKH - 1) + 3) / 4 * 4;
@@ -401,16 +416,7 @@ __device__ __forceinline__ void write_piece_share(float (&acc)[kC][kC][2 * kKH -
   for (int i = 0; i < kM * kWarpSize; ++i) {
     v[i] = i < kValues ? acc[i / (kC * kSpanH)][i / kSpanH % kC][i % kSpanH] : 0.0f;
   }
-#pragma unroll
-  for (int i = 0; i < kC; ++i) {
-#pragma unroll
-    for (int j = 0; j < kC; ++j) {
-#pragma unroll
-      for (int l = 0; l < kSpanH; ++l) {
-        acc[i][j][l] = 0.0f;
-      }
-    }
-  }
+  zero_lag_sums<kC, kKH>(acc);
   const auto store_lane_values = [&](int slot) {
     float4* to = reinterpret_cast<float4*>(warp_out + (1 + slot) * kStride);
 #pragma unroll
@@ -474,17 +480,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     __syncthreads();  // (before any thread's copies land in them)
   }
   stage_window<T, kC>(a, unit_work(plan, k), windows);
-  float acc[kC][kC][kSpanH];
-#pragma unroll
-  for (int i = 0; i < kC; ++i) {
-#pragma unroll
-    for (int j = 0; j < kC; ++j) {
-#pragma unroll
-      for (int l = 0; l < kSpanH; ++l) {
-        acc[i][j][l] = 0.0f;
-      }
-    }
-  }
+  float acc[kC][kC][kSpanH] = {};
   for (int it = 0; k < units; k += static_cast<int>(gridDim.x), ++it) {
     const UnitWork w = unit_work(plan, k);
     float* window = windows + (it & 1) * window_floats;

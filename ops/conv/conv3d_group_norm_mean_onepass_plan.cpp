@@ -542,20 +542,23 @@ GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShap
                                plan.row_floats) *
            sizeof(float);
   };
-  const auto fits = [&](int64_t planes, int64_t rows) {
-    return 2 * window(planes, rows) <= smem_limit;
+  // A grid of chunks along D for units of `rows` rows: from `most` planes, halved while two
+  // windows would not fit, then the fewest chunks of that size cut into equal ones.
+  const auto chunk_planes = [&](int64_t most, int64_t rows, int64_t& planes, int64_t& chunks) {
+    planes = most;
+    while (planes > 1 && 2 * window(planes, rows) > smem_limit) {
+      planes /= 2;
+    }
+    chunks = ceil_div(plan.E[0], planes);
+    planes = ceil_div(plan.E[0], chunks);
   };
   // Bulk units of ~128 rows (four planes of 32 at the headline: a unit's copies and barrier
   // amortised over more rows), fewer planes where two windows would not fit; chunks of equal
   // size along D and H.
   plan.h_chunks = ceil_div(plan.E[1], kGramMaxWidth);
   plan.bulk_rows = ceil_div(plan.E[1], plan.h_chunks);
-  plan.bulk_planes = std::min(plan.E[0], std::max<int64_t>(1, 128 / plan.bulk_rows));
-  while (plan.bulk_planes > 1 && !fits(plan.bulk_planes, plan.bulk_rows)) {
-    plan.bulk_planes /= 2;
-  }
-  plan.bulk_d_chunks = ceil_div(plan.E[0], plan.bulk_planes);
-  plan.bulk_planes = ceil_div(plan.E[0], plan.bulk_d_chunks);
+  chunk_planes(std::min(plan.E[0], std::max<int64_t>(1, 128 / plan.bulk_rows)), plan.bulk_rows,
+               plan.bulk_planes, plan.bulk_d_chunks);
   plan.smem_bytes = window(plan.bulk_planes, plan.bulk_rows);
   // Edge groups: consecutive edge classes whose rows with the reach along H overlap or touch
   // share a window (rows 0 and 1 at the headline: 6 rows where apart each took 5), as long as
@@ -581,24 +584,18 @@ GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShap
     plan.edge_group_begin[++plan.edge_groups] = static_cast<int8_t>(plan.edge_classes);
     // Edge units of up to 32 planes (all 24 at the headline), fewer where two windows would not
     // fit.
-    plan.edge_planes = std::min<int64_t>(plan.E[0], 32);
-    while (plan.edge_planes > 1 && !fits(plan.edge_planes, edge_rows)) {
-      plan.edge_planes /= 2;
-    }
-    plan.edge_d_chunks = ceil_div(plan.E[0], plan.edge_planes);
-    plan.edge_planes = ceil_div(plan.E[0], plan.edge_d_chunks);
+    chunk_planes(std::min<int64_t>(plan.E[0], 32), edge_rows, plan.edge_planes, plan.edge_d_chunks);
     plan.smem_bytes = std::max(plan.smem_bytes, window(plan.edge_planes, edge_rows));
   }
   // D-segments: per class, the chunks of the grid it meets.
+  const auto chunks_met = [&](int64_t c, int64_t planes) {
+    return static_cast<int32_t>((plan.class_hi[0][c] - 1) / planes - plan.class_lo[0][c] / planes +
+                                1);
+  };
   for (int64_t c = 0; c < plan.classes[0]; ++c) {
-    const int64_t lo = plan.class_lo[0][c], hi = plan.class_hi[0][c];
-    plan.d_segment_begin[c + 1] =
-        plan.d_segment_begin[c] +
-        static_cast<int32_t>((hi - 1) / plan.bulk_planes - lo / plan.bulk_planes + 1);
+    plan.d_segment_begin[c + 1] = plan.d_segment_begin[c] + chunks_met(c, plan.bulk_planes);
     if (plan.edge_classes > 0) {
-      plan.edge_segment_begin[c + 1] =
-          plan.edge_segment_begin[c] +
-          static_cast<int32_t>((hi - 1) / plan.edge_planes - lo / plan.edge_planes + 1);
+      plan.edge_segment_begin[c + 1] = plan.edge_segment_begin[c] + chunks_met(c, plan.edge_planes);
     }
   }
   plan.bulk_pieces = plan.d_segment_begin[plan.classes[0]] * plan.h_chunks;
