@@ -5,9 +5,12 @@ kernel of one forward call (after warm-up), from torch.profiler, so that a misse
 be explained by where the time goes.
 
     python3 benchmarks/profile_models.py [--only conv3d_group_norm_mean] [--tf32 on,off]
-        [--backward]
+        [--backward] [--conv-padding 1]
 
 --backward: the kernels of one forward+backward step (input and parameters requiring grad).
+--conv-padding: the models' convolution padding instead of the workload's (set on their `conv`
+after construction; the headline convolutions have none), e.g. to see the kernels of padded
+convolutions at the headline's sizes.
 """
 
 import argparse
@@ -32,6 +35,12 @@ def main():
     parser.add_argument(
         "--lib", default=None, help="path of libfused_ops.so (else fused_ops finds it)"
     )
+    parser.add_argument(
+        "--conv-padding",
+        type=int,
+        default=None,
+        help="the convolution's padding, every dim (models with a `conv`)",
+    )
     args = parser.parse_args()
     require_cuda("profile_models.py")
     _, fused_ops = load_fused(args.lib)
@@ -44,6 +53,11 @@ def main():
             torch.nn.init.normal_(p, mean=0.5, std=0.3)
         fused = getattr(fused_ops, workload["model"].__name__)(**workload["init"]).cuda()
         fused.load_state_dict(original.state_dict())
+        setting = ""
+        if args.conv_padding is not None:
+            for model in (original, fused):
+                model.conv.padding = (args.conv_padding,) * 3
+            setting = f", conv padding {args.conv_padding}"
         x = torch.rand(workload["input_shape"], device="cuda", requires_grad=args.backward)
         grad_out = torch.randn_like(fused(x)) if args.backward else None
 
@@ -60,7 +74,7 @@ def main():
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 step(x)
                 torch.cuda.synchronize()
-            print(f"\n=== {name}, TF32 {tf32}: kernels of one fused {kind}")
+            print(f"\n=== {name}{setting}, TF32 {tf32}: kernels of one fused {kind}")
             total = 0.0
             for event in prof.key_averages():
                 us = getattr(event, "device_time_total", None)

@@ -637,8 +637,8 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
     CHECK(plan.patterns[0] == 5);
     CHECK(plan.patterns[1] == 5);
     CHECK(plan.patterns[2] == 5);
-    CHECK(plan.d_tiles == 3);
-    CHECK(plan.row == 16);  // 5 lags x 3 channels, padded to 4
+    CHECK(plan.d_tiles == 2);  // columns of 12
+    CHECK(plan.row == 16);     // 5 lags x 3 channels, padded to 4
     CHECK(plan.table_elems == 125 * (3 * 5 * 5 * 16));
     // 8 segments (one per GroupNorm group) for 128 items: their tables, built once, take
     // 8 x (81 x 81 + table_elems) doubles.
@@ -646,15 +646,17 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
     CHECK(plan.segments_per_group == 8);
     CHECK(8 * (81 * 81 + plan.table_elems) * 8 <=
           static_cast<int64_t>(conv::kLagSegmentTableBytes));
-    // An item's tables (float) take at most 20 MiB a launch: 34 items. Without the device's
-    // size, 4 launches of 32; on an H100 (12 blocks per item, 2 resident per multiprocessor,
-    // 132 multiprocessors) 22 items fill one wave: 6 launches of one wave each, not 4 of two.
+    // An item's tables (float) take at most 20 MiB a launch: 34 items, so 4 balanced launches
+    // of 32. On an H100 (8 blocks per item, 2 resident per multiprocessor, 132
+    // multiprocessors) each is one wave (256 blocks); no chunk takes fewer waves.
     CHECK(plan_for(headline, 8, dtype, 0).items_per_chunk == 32);
-    CHECK(plan.items_per_chunk == 22);
+    CHECK(plan.items_per_chunk == 32);
     CHECK(plan.items_per_chunk * plan.table_elems * 4 <=
           static_cast<int64_t>(conv::kLagTableBytes));
-    // The footprint leaves shared memory for three blocks per SM (registers allow two).
-    CHECK(plan.smem_bytes * 3 <= 228 * 1024);
+    // The footprint (columns of 20 floats) leaves shared memory for two blocks per SM, with
+    // their 1 KiB each.
+    CHECK(plan.smem_bytes == 3 * 20 * (8 + 4) * (32 + 4) * 4);
+    CHECK((plan.smem_bytes + 1024) * 2 <= 228 * 1024);
   }
   // Segment tables where they are fewer than the items and fit; else each item's own.
   {
@@ -710,6 +712,8 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
       stride1_shape({2, 2, 5, 6, 9}, 16, {3, 3, 3}, {1, 0, 2}, {1, 1, 1}, 1),
       stride1_shape({40, 3, 6, 6, 6}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
       stride1_shape({12, 2, 6, 7, 9}, 12, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 2),
+      stride1_shape({2, 3, 20, 37, 35}, 24, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1),
+      stride1_shape({2, 3, 24, 5, 6}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
       // test_cuda.cpp's
       stride1_shape({2, 3, 11, 9, 34}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
       stride1_shape({1, 2, 4, 6, 9}, 16, {3, 2, 3}, {1, 1, 0}, {1, 1, 1}, 1),
@@ -718,8 +722,8 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
     const conv::LagInputGradPlan plan = plan_for(s, 2, ScalarKind::kFloat, kH100);
     INFO("x (" << s.N << ", " << s.C_in << ", " << s.D << ", " << s.H << ", " << s.W << ")");
     REQUIRE(plan.supported);
-    // D's columns: of 8, then 4, 2, 1.
-    CHECK(plan.d_tiles == s.D / 8 + __builtin_popcountll(s.D % 8));
+    // D's columns: of 12, then 8, 4, 2, 1.
+    CHECK(plan.d_tiles == s.D / 12 + __builtin_popcountll(s.D % 12));
     if (s.N == 40) {  // python_tests' "two-chunks": its 40 items take two launches of 20
       CHECK(plan.items_per_chunk == 20);
     }

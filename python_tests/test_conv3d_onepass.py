@@ -176,7 +176,7 @@ def test_backward_dilated_padded_thin_boxes():
 # Stride-1 problems whose input gradient comes from the lag tables (cpp_tests/test_conv_ops.cpp
 # checks that their plans take them): tap ranges cut short by every border, padding past the
 # kernel's reach, dilation along H and W, conv groups, mixed kernel sizes, 1 to 4 input
-# channels per group, tiles past W = 32 and H = 8 and D columns of 8, 4, 2 and 1 (their first
+# channels per group, tiles past W = 32 and H = 8 and D columns of 12, 8, 4, 2 and 1 (their first
 # and last planes' own tap ranges).
 LAG_CASES = {
     "headline-like": dict(
@@ -209,6 +209,16 @@ LAG_CASES = {
         input_shape=(3, 1, 15, 10, 33), out_channels=6, kernel_size=3, num_groups=2
     ),
     "thin-d": dict(input_shape=(2, 2, 4, 6, 9), out_channels=16, kernel_size=3, num_groups=4),
+    # Padding 1 along D: only the input's first and last planes have their own tap range, in
+    # columns of 12 (the first: one own row) and 8 (the last); H of 37 and W of 35: tiles whose
+    # positions the kernel regroups by pattern, and tiles past the input.
+    "padded-deep": dict(
+        input_shape=(2, 3, 20, 37, 35), out_channels=24, kernel_size=3, num_groups=4, padding=1
+    ),
+    # No padding, D of 24 (the headline's): two columns of 12, each with a pair of own rows.
+    "deep-unpadded": dict(
+        input_shape=(2, 3, 24, 5, 6), out_channels=24, kernel_size=3, num_groups=4
+    ),
     # 40 samples' tables take two launches (at most 34 a launch at C_in/groups = 3, k = 3).
     "two-chunks": dict(input_shape=(40, 3, 6, 6, 6), out_channels=24, kernel_size=3, num_groups=8),
     "thin-d-padded": dict(

@@ -20,16 +20,24 @@
 //    per segment in double. lag_combine_kernel then makes each item's tables the sum over its
 //    segments of alpha[n, segment] * T_segment, in double (linear in Q; at the headline 8
 //    segments' tables instead of 128 samples').
-// 4. lag_input_grad_kernel: a block per tile of 32 (W: lanes) x 8 (H: warps) x R (D) input
-//    positions: D cut into columns of 8 from 0, the rest into 4, 2, 1. The tile's centred
-//    footprint (c_in_g x FH x FW columns of R + 4 planes, D innermost) sits in shared memory; a
-//    thread keeps its column's R x c_in_g sums in registers and, per input channel b and lag
-//    (dh, dw), loads the R + 4 footprint values of its column and one table row (5 x c_in_g
-//    values; both by 16-byte loads, the row the same for the whole warp unless its positions'
-//    tap ranges differ along W), then does R x 5 x c_in_g multiply-adds (headline:
-//    8 x 5 x 3 = 120 per 3 shared and 4 global loads). The column's table is that of its middle
-//    plane's tap range along D; the first and last two planes, the only ones whose range can
-//    differ, take their own table's row where it does (the correction slots).
+// 4. lag_input_grad_kernel: a block per tile of 32 (W) x 8 (H) x R (D) input positions, a
+//    thread per (h, w) position: D cut into columns of 12 from 0, the rest into 8, 4, 2, 1.
+//    The tile's centred footprint (c_in_g x FH x FW columns of R + 4 planes, D innermost) sits
+//    in shared memory; a thread keeps its column's R x c_in_g sums in registers and, per input
+//    channel b and lag (dh, dw), loads the R + 4 footprint values of its column and one table
+//    row (5 x c_in_g values; both by 16-byte loads), then does R x 5 x c_in_g multiply-adds
+//    (headline: 12 x 5 x 3 = 180 per 4 shared and 4 global loads). The column's table is that
+//    of its middle plane's tap range along D; the first and last two planes, the only ones whose
+//    range can differ, take their own table's row where it does (the correction slots). The
+//    tile's positions are assigned to threads grouped by their (H, W) pattern, so that a warp's
+//    table rows are mostly one address (grouped_tile_position).
+//    The kernel is bound by the L1's data wavefronts: a warp's 16-byte load costs 4 of them
+//    whether its lanes read one address or 32, and the table rows (the same for a warp's lanes)
+//    are most of them. Hence columns of 12 (a row serves 12 planes), the grouping (a warp's row
+//    loads one address, where rows of the W edges' patterns made every load of a warp up to 5),
+//    one own row where a low pair has one plane of its own (padding (k - 1) / 2), and no
+//    loads of the own rows' vectors known to be zero (an unpadded D's edge pairs).
+//    (Measurements: benchmarks/h100-2026-11-26-lag-columns/notes.txt.)
 // No atomics: every element is written once, by one thread, its sum in a fixed order.
 #include "common/cuda/device_info.cuh"
 #include "common/cuda/launch_utils.cuh"
@@ -61,7 +69,7 @@ constexpr int kSpanMax = static_cast<int>(conv::kLagMaxSpan);
 constexpr int kTileW = static_cast<int>(conv::kLagTileW);
 constexpr int kTileH = static_cast<int>(conv::kLagTileH);
 static_assert(kTileW * kTileH == kThreads, "a thread per (h, w) position of a tile");
-static_assert(kTileW == kWarpSize, "a warp per row of a tile");
+static_assert(kTileW == kWarpSize && kTileH == kWarpsPerBlock, "whole rows of a tile per warp");
 
 // ---------------------------------------------------------------------------------------
 // 1. The input's channel means.
@@ -425,22 +433,33 @@ __global__ void __launch_bounds__(kThreads, 3) lag_combine_kernel(const LagArgs 
 // ---------------------------------------------------------------------------------------
 // 4. The input gradient.
 
-// A table row (kRow values, a multiple of 4, 16-byte aligned) into registers.
-template <int kRow>
+// A table row (kRow values, a multiple of 4, 16-byte aligned) into registers: its 16-byte
+// vectors in kVectors (a bit each), the others 0 (known zeros: kUnpaddedOwn).
+template <int kRow, unsigned kVectors = ~0u>
 __device__ __forceinline__ void load_row(const float* __restrict__ src, float (&v)[kRow]) {
 #pragma unroll
   for (int q = 0; q < kRow / 4; ++q) {
-    const float4 t = __ldg(reinterpret_cast<const float4*>(src) + q);
+    const float4 t = (kVectors >> q & 1u) != 0 ? __ldg(reinterpret_cast<const float4*>(src) + q)
+                                               : make_float4(0.f, 0.f, 0.f, 0.f);
     v[4 * q] = t.x, v[4 * q + 1] = t.y, v[4 * q + 2] = t.z, v[4 * q + 3] = t.w;
   }
 }
-template <int kRow>
+template <int kRow, unsigned kVectors = ~0u>
 __device__ __forceinline__ void load_row(const double* __restrict__ src, double (&v)[kRow]) {
 #pragma unroll
   for (int q = 0; q < kRow / 2; ++q) {
-    const double2 t = __ldg(reinterpret_cast<const double2*>(src) + q);
+    const double2 t = (kVectors >> q & 1u) != 0 ? __ldg(reinterpret_cast<const double2*>(src) + q)
+                                                : make_double2(0.0, 0.0);
     v[2 * q] = t.x, v[2 * q + 1] = t.y;
   }
+}
+
+// The 16-byte vectors of a table row that can be non-zero where the row's plane has D tap range
+// [lo, hi] (kD = 3): its lags dd along D are those from a tap of the range to any tap,
+// [-hi, 2 - lo], at values (dd + 2) * kCi + a, kPerVector values a vector.
+constexpr unsigned row_vectors(int lo, int hi, int kCi, int kPerVector) {
+  const int v0 = (2 - hi) * kCi / kPerVector, v1 = ((5 - lo) * kCi + kPerVector - 1) / kPerVector;
+  return ((1u << v1) - 1u) & ~((1u << v0) - 1u);
 }
 
 // A hint that the line at p will be read soon: to L1, without a register (the callers' addresses
@@ -459,11 +478,13 @@ __device__ __forceinline__ int d_pattern(const conv::LagInputGradPlan& plan,
 }
 
 // A footprint column's kColumn values (D planes), contiguous from `col`, 16-byte aligned (the
-// column's pitch, kPitch, a multiple of 4): float32 sums by 16-byte loads.
+// column's pitch, kPitch, a multiple of 4): float32 sums by 16-byte loads (the pitch's padding
+// past the last such load not read).
 template <int kColumn, int kPitch>
 __device__ __forceinline__ void load_column(const float* col, float (&xv)[kColumn]) {
+  static_assert(kPitch % 4 == 0 && kPitch >= kColumn, "whole 16-byte vectors");
 #pragma unroll
-  for (int q = 0; q < kPitch / 4; ++q) {
+  for (int q = 0; q < (kColumn + 3) / 4; ++q) {
     const float4 t = reinterpret_cast<const float4*>(col)[q];
     const float v[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
@@ -486,8 +507,8 @@ __device__ __forceinline__ void load_column(const double* col, double (&xv)[kCol
 // innermost, kPitch apart: x_s[((b * FH + fh) * FW + fw) * kPitch + fd] = x - mu inside the
 // input, -mu in the padding (and 0 in a column's pitch padding). A thread per column: its
 // kColumn loads in flight at once, then stored by 16-byte stores (a warp's columns are 16-byte
-// vectors kPitch floats apart: conflict-free for kPitch = 12, 2-way for 8). The main loop then
-// reads a column by kPitch / 4 such loads; with W innermost (cp.async of single elements) the
+// vectors kPitch floats apart: conflict-free for kPitch = 12 or 20, 2-way for 8). The main loop
+// reads a column by kColumn / 4 such loads; with W innermost (cp.async of single elements) the
 // staging was ~20% of the kernel's instructions and a column took kColumn loads.
 template <typename T, int kCi, int kColumn, int kPitch>
 __device__ __forceinline__ void stage_centred_footprint(
@@ -551,13 +572,91 @@ __device__ __forceinline__ void add_row_difference(acc_t (&acc)[kR][kCi], const 
   }
 }
 
+// The (H, W) pattern of position (h, w) of the input (past its end: the last position's).
+struct HwPattern {
+  int h, w;
+};
+__device__ __forceinline__ HwPattern hw_pattern_of(const conv::LagInputGradPlan& plan,
+                                                   const conv::Conv3dShape& s, int h, int w) {
+  const conv::TapRange rh = conv::lag_tap_range<int>(
+      min(h, static_cast<int>(s.H) - 1), static_cast<int>(s.Ho), static_cast<int>(s.kH),
+      static_cast<int>(s.padding[1]), static_cast<int>(s.dilation[1]));
+  const conv::TapRange rw = conv::lag_tap_range<int>(
+      min(w, static_cast<int>(s.W) - 1), static_cast<int>(s.Wo), static_cast<int>(s.kW),
+      static_cast<int>(s.padding[2]), static_cast<int>(s.dilation[2]));
+  return HwPattern{plan.pattern_id[1][rh.lo * conv::kLagMaxTaps + rh.hi],
+                   plan.pattern_id[2][rw.lo * conv::kLagMaxTaps + rw.hi]};
+}
+
+// The tile position (th, tw) this thread computes. A warp's table rows are one load of one
+// address when its positions share their (H, W) pattern, of one per pattern when they do not:
+// with a warp per row of the tile, every warp of a tile that holds the input's W edges read 5
+// rows per table load at the headline (twice the L1 sectors, and misses, of one). So the
+// tile's positions are regrouped, in a fixed order: first those whose H and W patterns are both
+// the tile centre's, then those differing in W only, in H only, in both, each class in
+// row-major order; thread t takes the t-th. (Any assignment gives the same sums: a position's
+// are one thread's, in a fixed order.) `scratch`: 4 * kWarpsPerBlock ints and kThreads shorts
+// of shared memory (the footprint's: at least a tile's 8 x 32 columns of 4 values), free again
+// when this returns.
+__device__ __forceinline__ void grouped_tile_position(const conv::LagInputGradPlan& plan,
+                                                      const conv::Conv3dShape& s, int h0, int w0,
+                                                      unsigned char* scratch, int& th, int& tw) {
+  constexpr int kClasses = 4;
+  static_assert(kWarpsPerBlock * kClasses * 4 + kThreads * 2 <= kTileH * kTileW * 4 * 4,
+                "the scratch within the smallest footprint");
+  int* counts = reinterpret_cast<int*>(scratch);  // [warp][class]
+  unsigned short* order = reinterpret_cast<unsigned short*>(counts + kWarpsPerBlock * kClasses);
+  const int p = static_cast<int>(threadIdx.x);
+  const int lane = p % kWarpSize, warp = p / kWarpSize;
+  const HwPattern mine = hw_pattern_of(plan, s, h0 + p / kTileW, w0 + p % kTileW);
+  const HwPattern centre = hw_pattern_of(plan, s, h0 + kTileH / 2, w0 + kTileW / 2);
+  const int cls = (mine.h != centre.h ? 2 : 0) + (mine.w != centre.w ? 1 : 0);
+  int rank = 0;
+#pragma unroll
+  for (int c = 0; c < kClasses; ++c) {
+    const unsigned members = __ballot_sync(0xffffffffu, cls == c);
+    if (cls == c) {
+      rank = __popc(members & ((1u << lane) - 1u));
+    }
+    if (lane == 0) {
+      counts[warp * kClasses + c] = __popc(members);
+    }
+  }
+  __syncthreads();
+  // (The warps before this one in its class, and every warp in the classes before it.)
+  for (int w = 0; w < kWarpsPerBlock; ++w) {
+    const int4 n = *reinterpret_cast<const int4*>(counts + w * kClasses);
+    const int in_class[kClasses] = {n.x, n.y, n.z, n.w};
+#pragma unroll
+    for (int c = 0; c < kClasses; ++c) {
+      rank += c < cls || (c == cls && w < warp) ? in_class[c] : 0;
+    }
+  }
+  order[rank] = static_cast<unsigned short>(p);
+  __syncthreads();
+  const int q = order[p];
+  th = q / kTileW;
+  tw = q % kTileW;
+  __syncthreads();  // (the scratch is the footprint's space)
+}
+
+// A footprint column's floats: kColumn padded for 16-byte loads, and to an odd number of
+// 16-byte vectors past 8 (conv::kLagMaxColumnPitch: a warp's loads conflict-free).
+constexpr int column_pitch(int kColumn) {
+  const int vectors = (kColumn + 3) / 4;
+  return 4 * (vectors > 2 && vectors % 2 == 0 ? vectors + 1 : vectors);
+}
+static_assert(column_pitch(static_cast<int>(conv::kLagMaxTileD) + kSpanMax - 1) ==
+                  static_cast<int>(conv::kLagMaxColumnPitch),
+              "the plan's footprint bytes");
+
 template <typename T, int kCi, int kR>
 __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, int64_t n,
                                          int64_t g, int d0) {
   using acc_t = typename ScalarOps<T>::acc_t;
   constexpr int kSpanD = kSpanMax;  // kD = 3 (the family)
   constexpr int kColumn = kR + kSpanD - 1;
-  constexpr int kPitch = (kColumn + 3) / 4 * 4;  // (the plan's footprint bytes: 12 at kR = 8)
+  constexpr int kPitch = column_pitch(kColumn);
   constexpr int kRow = (kSpanD * kCi + 3) / 4 * 4;
   const conv::Conv3dShape& s = a.p.conv;
   const conv::LagInputGradPlan& plan = a.plan;
@@ -570,6 +669,8 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
   const int h0 = static_cast<int>(blockIdx.x) / w_tiles * kTileH;
   const int w0 = static_cast<int>(blockIdx.x) % w_tiles * kTileW;
 
+  int th, tw;
+  grouped_tile_position(plan, s, h0, w0, smem, th, tw);
   // The centred footprint: x - mu inside the input, -mu in the padding and beyond.
   acc_t* x_s = reinterpret_cast<acc_t*>(smem);
   const T* sample = static_cast<const T*>(a.p.x) + (n * s.C_in + g * kCi) * DHW;
@@ -579,17 +680,10 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
                                                    w0 - static_cast<int>(s.kW - 1) * dil_w, FH, FW);
   __syncthreads();
 
-  const int tw = threadIdx.x % kTileW, th = threadIdx.x / kTileW;
   const int h = h0 + th, w = w0 + tw;
   // (Threads past the input's end take the last position's pattern and store nothing.)
-  const conv::TapRange rh =
-      conv::lag_tap_range<int>(min(h, H - 1), static_cast<int>(s.Ho), static_cast<int>(s.kH),
-                               static_cast<int>(s.padding[1]), dil_h);
-  const conv::TapRange rw =
-      conv::lag_tap_range<int>(min(w, W - 1), static_cast<int>(s.Wo), static_cast<int>(s.kW),
-                               static_cast<int>(s.padding[2]), dil_w);
-  const int ph = plan.pattern_id[1][rh.lo * conv::kLagMaxTaps + rh.hi];
-  const int pw = plan.pattern_id[2][rw.lo * conv::kLagMaxTaps + rw.hi];
+  const HwPattern own = hw_pattern_of(plan, s, h, w);
+  const int ph = own.h, pw = own.w;
   const int hw_patterns = static_cast<int>(plan.patterns[1] * plan.patterns[2]);
   const int hw_pattern = ph * static_cast<int>(plan.patterns[2]) + pw;
   const int per_pattern = kCi * span_h * span_w * kRow;
@@ -640,25 +734,49 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
   };
   // The main pass: each plane's products with its table row, the column's or, for the pair it
   // corrects (kPair 1: the low, 2: the high), the plane's own (plane indices resolved at
-  // compile time, so that a corrected plane costs no more than another).
-  const auto main_pass = [&](auto pair) {
+  // compile time, so that a corrected plane costs no more than another). kKind, the pair's:
+  //   kBothOwn: both planes have their own rows;
+  //   kOuterOwn (the low pair): only the column's first plane has its own range, as with
+  //     padding (k - 1) / 2, where only the input's first and last planes differ: one own row
+  //     per lag, not two (each row is 4 16-byte loads, 16 of the L1's data wavefronts per warp,
+  //     the kernel's busiest unit);
+  //   kUnpaddedOwn: both planes have their own rows, with the ranges of an unpadded D's first
+  //     two planes ((0, 0), (0, 1)) or last two ((1, 2), (2, 2)): the rows' vectors that are
+  //     zero for those ranges (row_vectors) are not loaded (3 of the pair's 8 at the headline).
+  enum PairKind { kBothOwn, kOuterOwn, kUnpaddedOwn };
+  const auto main_pass = [&](auto pair, auto kind) {
     constexpr int kPair = decltype(pair)::value;
+    constexpr PairKind kKind = static_cast<PairKind>(decltype(kind)::value);
     constexpr int kOwn0 = kPair == 2 ? kHigh0 : 0;
     constexpr int kOwn1 = kPair == 2 ? kHigh1 : (kR >= 2 ? 1 : 0);
+    static_assert(kKind != kOuterOwn || kPair == 1, "the low pair's");
+    constexpr bool kUse0 = kPair != 0;
+    constexpr bool kUse1 = kPair != 0 && kKind != kOuterOwn;
+    constexpr int kPerVector = 16 / static_cast<int>(sizeof(acc_t));
+    constexpr unsigned kVectors0 = kKind != kUnpaddedOwn ? ~0u
+                                   : kPair == 1          ? row_vectors(0, 0, kCi, kPerVector)
+                                                         : row_vectors(1, 2, kCi, kPerVector);
+    constexpr unsigned kVectors1 = kKind != kUnpaddedOwn ? ~0u
+                                   : kPair == 1          ? row_vectors(0, 1, kCi, kPerVector)
+                                                         : row_vectors(2, 2, kCi, kPerVector);
     for_each_lag([&](const acc_t* row, const acc_t* col) {
       // The rows kPrefetchLags lags on towards L1 (the loads below then wait for L1, not L2).
       if (row + kPrefetchLags * kRow < rows_end) {
         prefetch_l1(row + kPrefetchLags * kRow);
-        if constexpr (kPair != 0) {
+        if constexpr (kUse0) {
           prefetch_l1(row + main0 + kPrefetchLags * kRow);
+        }
+        if constexpr (kUse1) {
           prefetch_l1(row + main1 + kPrefetchLags * kRow);
         }
       }
       acc_t tv[kRow], own0[kRow], own1[kRow];
       load_row<kRow>(row, tv);
-      if constexpr (kPair != 0) {
-        load_row<kRow>(row + main0, own0);
-        load_row<kRow>(row + main1, own1);
+      if constexpr (kUse0) {
+        load_row<kRow, kVectors0>(row + main0, own0);
+      }
+      if constexpr (kUse1) {
+        load_row<kRow, kVectors1>(row + main1, own1);
       }
       acc_t xv[kColumn];
       load_column<kColumn, kPitch>(col, xv);
@@ -669,8 +787,11 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
 #pragma unroll
           for (int j = 0; j < kR; ++j) {
             acc_t t = tv[sd * kCi + c];
-            if constexpr (kPair != 0) {
-              t = j == kOwn1 ? own1[sd * kCi + c] : j == kOwn0 ? own0[sd * kCi + c] : t;
+            if constexpr (kUse1) {
+              t = j == kOwn1 ? own1[sd * kCi + c] : t;
+            }
+            if constexpr (kUse0) {
+              t = j == kOwn0 && !(kUse1 && j == kOwn1) ? own0[sd * kCi + c] : t;
             }
             acc[j][c] += t * xv[j + sd];
           }
@@ -678,12 +799,31 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
       }
     });
   };
-  if (main_pair == 1) {  // (uniform: the whole block's column)
-    main_pass(std::integral_constant<int, 1>{});
+  // (Uniform: the whole block's column.) The pair's kind from its planes' D tap ranges.
+  const auto d_range_is = [&](int d, int lo, int hi) {
+    const conv::TapRange r = conv::lag_tap_range<int>(d, static_cast<int>(s.Do), kSpanD / 2 + 1,
+                                                      static_cast<int>(s.padding[0]), 1);
+    return r.lo == lo && r.hi == hi;
+  };
+  using Both = std::integral_constant<int, kBothOwn>;
+  using Outer = std::integral_constant<int, kOuterOwn>;
+  using Unpadded = std::integral_constant<int, kUnpaddedOwn>;
+  if (main_pair == 1) {
+    if (main1 == 0 && kR >= 2) {
+      main_pass(std::integral_constant<int, 1>{}, Outer{});
+    } else if (kR >= 2 && d_range_is(d0, 0, 0) && d_range_is(d0 + 1, 0, 1)) {
+      main_pass(std::integral_constant<int, 1>{}, Unpadded{});
+    } else {
+      main_pass(std::integral_constant<int, 1>{}, Both{});
+    }
   } else if (main_pair == 2) {
-    main_pass(std::integral_constant<int, 2>{});
+    if (d_range_is(d0 + kHigh0, 1, 2) && d_range_is(d0 + kHigh1, 2, 2)) {
+      main_pass(std::integral_constant<int, 2>{}, Unpadded{});
+    } else {
+      main_pass(std::integral_constant<int, 2>{}, Both{});
+    }
   } else {
-    main_pass(std::integral_constant<int, 0>{});
+    main_pass(std::integral_constant<int, 0>{}, Both{});
   }
   if (main_pair == 1 && high_differs) {
     for_each_lag([&](const acc_t* row, const acc_t* col) {
@@ -715,7 +855,7 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
   }
 }
 
-// blockIdx: x the (h, w) tile, y the D column (columns of 8 from 0, then 4, 2, 1), z the
+// blockIdx: x the (h, w) tile, y the D column (columns of 12 from 0, then 8, 4, 2, 1), z the
 // chunk's item.
 template <typename T, int kCi>
 __global__ void __launch_bounds__(kThreads, 2) lag_input_grad_kernel(const LagArgs a) {
@@ -725,11 +865,11 @@ __global__ void __launch_bounds__(kThreads, 2) lag_input_grad_kernel(const LagAr
   const int t = static_cast<int>(blockIdx.y);
   const int full = D / kMaxDepth;
   int d0 = t * kMaxDepth, depth = kMaxDepth;
-  if (t >= full) {  // the rest: 4, 2, 1 in that order
+  if (t >= full) {  // the rest: 8, 4, 2, 1 in that order
     int index = t - full;
     d0 = full * kMaxDepth;
     depth = 0;
-    for (int part = kMaxDepth / 2; part > 0; part /= 2) {
+    for (int part = static_cast<int>(conv::kLagRestTileD); part > 0; part /= 2) {
       if ((D % kMaxDepth & part) != 0) {
         if (index == 0) {
           depth = part;
@@ -743,6 +883,9 @@ __global__ void __launch_bounds__(kThreads, 2) lag_input_grad_kernel(const LagAr
   const int64_t item = a.item0 + blockIdx.z;
   const int64_t n = item / a.p.conv.groups, g = item % a.p.conv.groups;
   switch (depth) {
+    case 12:
+      lag_tile<T, kCi, 12>(a, smem, n, g, d0);
+      break;
     case 8:
       lag_tile<T, kCi, 8>(a, smem, n, g, d0);
       break;

@@ -331,7 +331,7 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
 // The lag input gradient's plan (conv_kernels.h has the identity). Per dim, the tap ranges
 // V(p) of the input positions are few (at most kLagMaxPatterns for k <= 3): their product is
 // the set of tables per (sample, conv group). Along D, columns of kLagMaxTileD positions, the
-// rest in columns of 4, 2 and 1 (kernel templates): no position is computed twice.
+// rest in columns of 8, 4, 2 and 1 (kernel templates): no position is computed twice.
 LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s,
                                                             int64_t num_groups, ScalarKind dtype,
                                                             size_t smem_limit,
@@ -385,7 +385,7 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
     plan.patterns[d] = count;
   }
   plan.d_tiles = s.D / kLagMaxTileD;
-  for (int64_t part = kLagMaxTileD / 2; part > 0; part /= 2) {
+  for (int64_t part = kLagRestTileD; part > 0; part /= 2) {
     plan.d_tiles += ((s.D % kLagMaxTileD) & part) != 0 ? 1 : 0;
   }
   plan.h_tiles = ceil_div(s.H, kLagTileH);
@@ -393,11 +393,10 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
   plan.FH = kLagTileH + (plan.span[1] - 1) * s.dilation[1];
   plan.FW = kLagTileW + (plan.span[2] - 1) * s.dilation[2];
   const size_t acc_bytes = dtype == ScalarKind::kDouble ? 8 : 4;
-  // (c_in_g x FH x FW columns of a tile's planes, 8 + 4 at most; the shallower tiles' columns
-  // of 5 or 6 are padded to 8 for 16-byte loads, within that.)
+  // (c_in_g x FH x FW columns of a tile's planes, 12 + 4 at most, kLagMaxColumnPitch apart;
+  // the shallower tiles' columns take less.)
   plan.smem_bytes =
-      static_cast<size_t>(plan.c_in_g * (kLagMaxTileD + plan.span[0] - 1) * plan.FH * plan.FW) *
-      acc_bytes;
+      static_cast<size_t>(plan.c_in_g * kLagMaxColumnPitch * plan.FH * plan.FW) * acc_bytes;
   if (plan.smem_bytes > smem_limit) {
     return plan;
   }

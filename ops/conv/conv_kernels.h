@@ -244,11 +244,17 @@ constexpr int64_t kLagMaxTaps = 3;
 constexpr int64_t kLagMaxSpan = 2 * kLagMaxTaps - 1;
 constexpr int64_t kLagMaxInputChannels = 4;
 constexpr int64_t kLagMaxPatterns = kLagMaxTaps * (kLagMaxTaps + 1) / 2 + 1;  // + empty
-// A block's tile: 32 positions along W (lanes) x 8 along H (warps) x a column along D (each
-// thread's, in registers): D is cut into columns of 8 from 0, the rest into 4, 2, 1. Along D
-// only the first and last kD - 1 = 2 planes have short tap ranges, so they are always among a
-// column's first two and last two planes (the kernel's correction slots).
-constexpr int64_t kLagTileW = 32, kLagTileH = 8, kLagMaxTileD = 8;
+// A block's tile: 32 positions along W x 8 along H x a column along D (each thread's, in
+// registers): D is cut into columns of 12 from 0, the rest into 8, 4, 2, 1. Along D only the
+// first and last kD - 1 = 2 planes have short tap ranges, so they are always among a column's
+// first two and last two planes (the kernel's correction slots). (Columns of 12, where they
+// were 8: a row of the tables, 4 16-byte loads of the L1's busiest unit, serves 12 planes'
+// products, and at the headline 2 columns, each with one corrected pair, where 3 columns had
+// two corrected pairs among them and a plain one.)
+constexpr int64_t kLagTileW = 32, kLagTileH = 8, kLagMaxTileD = 12, kLagRestTileD = 8;
+// A footprint column's floats in the deepest tiles: its 12 + 4 planes, padded to 20 (with 16, a
+// warp's 16-byte column loads, kLagMaxColumnPitch floats apart, would be 2-way bank conflicts).
+constexpr int64_t kLagMaxColumnPitch = 20;
 // The taps of one dim whose output p + padding - k * dilation lies in [0, out) (stride 1): the
 // interval [lo, hi], or lo = 1, hi = 0 where there is none.
 struct TapRange {
