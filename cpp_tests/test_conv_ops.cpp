@@ -722,8 +722,11 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
     const conv::LagInputGradPlan plan = plan_for(s, 2, ScalarKind::kFloat, kH100);
     INFO("x (" << s.N << ", " << s.C_in << ", " << s.D << ", " << s.H << ", " << s.W << ")");
     REQUIRE(plan.supported);
-    // D's columns: of 12, then 8, 4, 2, 1.
+    // D's columns: of 12, then 8, 4, 2, 1; the footprint's columns those of the deepest (its
+    // planes and the 4 the D lags reach: 16 -> 20 values, 12 -> 12, 8, 6 and 5 -> 8).
     CHECK(plan.d_tiles == s.D / 12 + __builtin_popcountll(s.D % 12));
+    const int64_t pitch = s.D >= 12 ? 20 : s.D >= 8 ? 12 : 8;
+    CHECK(plan.smem_bytes == static_cast<size_t>(plan.c_in_g * pitch * plan.FH * plan.FW * 4));
     if (s.N == 40) {  // python_tests' "two-chunks": its 40 items take two launches of 20
       CHECK(plan.items_per_chunk == 20);
     }

@@ -640,23 +640,13 @@ __device__ __forceinline__ void grouped_tile_position(const conv::LagInputGradPl
   __syncthreads();  // (the scratch is the footprint's space)
 }
 
-// A footprint column's floats: kColumn padded for 16-byte loads, and to an odd number of
-// 16-byte vectors past 8 (conv::kLagMaxColumnPitch: a warp's loads conflict-free).
-constexpr int column_pitch(int kColumn) {
-  const int vectors = (kColumn + 3) / 4;
-  return 4 * (vectors > 2 && vectors % 2 == 0 ? vectors + 1 : vectors);
-}
-static_assert(column_pitch(static_cast<int>(conv::kLagMaxTileD) + kSpanMax - 1) ==
-                  static_cast<int>(conv::kLagMaxColumnPitch),
-              "the plan's footprint bytes");
-
 template <typename T, int kCi, int kR>
 __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, int64_t n,
                                          int64_t g, int d0) {
   using acc_t = typename ScalarOps<T>::acc_t;
   constexpr int kSpanD = kSpanMax;  // kD = 3 (the family)
   constexpr int kColumn = kR + kSpanD - 1;
-  constexpr int kPitch = column_pitch(kColumn);
+  constexpr int kPitch = static_cast<int>(conv::lag_column_pitch(kColumn));
   constexpr int kRow = (kSpanD * kCi + 3) / 4 * 4;
   const conv::Conv3dShape& s = a.p.conv;
   const conv::LagInputGradPlan& plan = a.plan;

@@ -393,10 +393,15 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
   plan.FH = kLagTileH + (plan.span[1] - 1) * s.dilation[1];
   plan.FW = kLagTileW + (plan.span[2] - 1) * s.dilation[2];
   const size_t acc_bytes = dtype == ScalarKind::kDouble ? 8 : 4;
-  // (c_in_g x FH x FW columns of a tile's planes, 12 + 4 at most, kLagMaxColumnPitch apart;
-  // the shallower tiles' columns take less.)
-  plan.smem_bytes =
-      static_cast<size_t>(plan.c_in_g * kLagMaxColumnPitch * plan.FH * plan.FW) * acc_bytes;
+  // (c_in_g x FH x FW columns of a tile's planes, lag_column_pitch apart: those of the deepest
+  // D column the plan has, 12 + 4 planes where D >= 12.)
+  int64_t deepest = kLagMaxTileD;
+  while (deepest > s.D) {
+    deepest = deepest == kLagMaxTileD ? kLagRestTileD : deepest / 2;
+  }
+  plan.smem_bytes = static_cast<size_t>(plan.c_in_g * lag_column_pitch(deepest + plan.span[0] - 1) *
+                                        plan.FH * plan.FW) *
+                    acc_bytes;
   if (plan.smem_bytes > smem_limit) {
     return plan;
   }

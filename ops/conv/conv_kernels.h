@@ -252,9 +252,14 @@ constexpr int64_t kLagMaxPatterns = kLagMaxTaps * (kLagMaxTaps + 1) / 2 + 1;  //
 // products, and at the headline 2 columns, each with one corrected pair, where 3 columns had
 // two corrected pairs among them and a plain one.)
 constexpr int64_t kLagTileW = 32, kLagTileH = 8, kLagMaxTileD = 12, kLagRestTileD = 8;
-// A footprint column's floats in the deepest tiles: its 12 + 4 planes, padded to 20 (with 16, a
-// warp's 16-byte column loads, kLagMaxColumnPitch floats apart, would be 2-way bank conflicts).
-constexpr int64_t kLagMaxColumnPitch = 20;
+// The values a footprint column of `planes` (a column's R + 4 along D) takes in shared memory:
+// padded for 16-byte loads, and to an odd number of 16-byte vectors past 8 values, so that a
+// warp's 16-byte loads of its columns are conflict-free (12 + 4 planes: 20 values; 16 would be
+// 2-way bank conflicts).
+FUSED_OPS_HOST_DEVICE constexpr int64_t lag_column_pitch(int64_t planes) {
+  const int64_t vectors = (planes + 3) / 4;
+  return 4 * (vectors > 2 && vectors % 2 == 0 ? vectors + 1 : vectors);
+}
 // The taps of one dim whose output p + padding - k * dilation lies in [0, out) (stride 1): the
 // interval [lo, hi], or lo = 1, hi = 0 where there is none.
 struct TapRange {
