@@ -624,7 +624,7 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
     return conv::plan_conv3d_group_norm_mean_lag_input_grad(s, num_groups, dtype, kSmem,
                                                             multiprocessors);
   };
-  // The headline: 5 tap ranges per dim ({0}, {0,1}, {0,1,2}, {1,2}, {2}); D in 3 columns of 8.
+  // The headline: 5 tap ranges per dim ({0}, {0,1}, {0,1,2}, {1,2}, {2}); D in 2 columns of 12.
   const conv::Conv3dShape headline =
       stride1_shape({128, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1);
   // float64 stays on the recomputing kernel (the lag kernel's double registers spill).
