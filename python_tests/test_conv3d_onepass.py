@@ -210,8 +210,8 @@ LAG_CASES = {
     ),
     "thin-d": dict(input_shape=(2, 2, 4, 6, 9), out_channels=16, kernel_size=3, num_groups=4),
     # Padding 1 along D: only the input's first and last planes have their own tap range, in
-    # columns of 12 (the first: one own row) and 8 (the last); H of 37 and W of 35: tiles whose
-    # positions the kernel regroups by pattern, and tiles past the input.
+    # columns of 12 (the first) and 8 (the last), each corrected by one own row; H of 37 and W
+    # of 35: tiles whose positions the kernel regroups by pattern, and tiles past the input.
     "padded-deep": dict(
         input_shape=(2, 3, 20, 37, 35), out_channels=24, kernel_size=3, num_groups=4, padding=1
     ),

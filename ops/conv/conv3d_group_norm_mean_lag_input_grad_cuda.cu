@@ -35,7 +35,7 @@
 //    whether its lanes read one address or 32, and the table rows (the same for a warp's lanes)
 //    are most of them. Hence columns of 12 (a row serves 12 planes), the grouping (a warp's row
 //    loads one address, where rows of the W edges' patterns made every load of a warp up to 5),
-//    one own row where a low pair has one plane of its own (padding (k - 1) / 2), and no
+//    one own row where a corrected pair has one plane of its own (padding (k - 1) / 2), and no
 //    loads of the own rows' vectors known to be zero (an unpadded D's edge pairs).
 //    (Measurements: benchmarks/h100-2026-11-26-lag-columns/notes.txt.)
 // No atomics: every element is written once, by one thread, its sum in a fixed order.
@@ -726,10 +726,10 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
   // corrects (kPair 1: the low, 2: the high), the plane's own (plane indices resolved at
   // compile time, so that a corrected plane costs no more than another). kKind, the pair's:
   //   kBothOwn: both planes have their own rows;
-  //   kOuterOwn (the low pair): only the column's first plane has its own range, as with
-  //     padding (k - 1) / 2, where only the input's first and last planes differ: one own row
-  //     per lag, not two (each row is 4 16-byte loads, 16 of the L1's data wavefronts per warp,
-  //     the kernel's busiest unit);
+  //   kOuterOwn: only the pair's outer plane (the column's first or last) has its own range,
+  //     as with padding (k - 1) / 2, where only the input's first and last planes differ: one
+  //     own row per lag, not two (each row is 4 16-byte loads, 16 of the L1's data wavefronts
+  //     per warp, the kernel's busiest unit);
   //   kUnpaddedOwn: both planes have their own rows, with the ranges of an unpadded D's first
   //     two planes ((0, 0), (0, 1)) or last two ((1, 2), (2, 2)): the rows' vectors that are
   //     zero for those ranges (row_vectors) are not loaded (3 of the pair's 8 at the headline).
@@ -739,9 +739,8 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
     constexpr PairKind kKind = static_cast<PairKind>(decltype(kind)::value);
     constexpr int kOwn0 = kPair == 2 ? kHigh0 : 0;
     constexpr int kOwn1 = kPair == 2 ? kHigh1 : (kR >= 2 ? 1 : 0);
-    static_assert(kKind != kOuterOwn || kPair == 1, "the low pair's");
-    constexpr bool kUse0 = kPair != 0;
-    constexpr bool kUse1 = kPair != 0 && kKind != kOuterOwn;
+    constexpr bool kUse0 = kPair != 0 && (kKind != kOuterOwn || kPair == 1);
+    constexpr bool kUse1 = kPair != 0 && (kKind != kOuterOwn || kPair == 2);
     constexpr int kPerVector = 16 / static_cast<int>(sizeof(acc_t));
     constexpr unsigned kVectors0 = kKind != kUnpaddedOwn ? ~0u
                                    : kPair == 1          ? row_vectors(0, 0, kCi, kPerVector)
@@ -807,7 +806,9 @@ __device__ __forceinline__ void lag_tile(const LagArgs& a, unsigned char* smem, 
       main_pass(std::integral_constant<int, 1>{}, Both{});
     }
   } else if (main_pair == 2) {
-    if (d_range_is(d0 + kHigh0, 1, 2) && d_range_is(d0 + kHigh1, 2, 2)) {
+    if (main0 == 0) {
+      main_pass(std::integral_constant<int, 2>{}, Outer{});
+    } else if (d_range_is(d0 + kHigh0, 1, 2) && d_range_is(d0 + kHigh1, 2, 2)) {
       main_pass(std::integral_constant<int, 2>{}, Unpadded{});
     } else {
       main_pass(std::integral_constant<int, 2>{}, Both{});
