@@ -692,13 +692,25 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
     CHECK(halves.segment_tables);
     CHECK(halves.table_elems == 125 * 25 * 8);
     CHECK(halves.items_per_chunk == 121);
-    // 24 segments of one channel each for 32 items (python_tests' "many-segments").
+    // 24 segments of one channel each for 96 items in one launch (python_tests'
+    // "many-segments"): more items than one tile of the combine kernel's alphas.
     const conv::Conv3dShape many =
-        stride1_shape({32, 1, 7, 5, 6}, 24, {3, 1, 1}, {0, 0, 0}, {1, 1, 1}, 1);
+        stride1_shape({96, 1, 7, 5, 6}, 24, {3, 1, 1}, {0, 0, 0}, {1, 1, 1}, 1);
     const conv::LagInputGradPlan thin = plan_for(many, 24, ScalarKind::kFloat, kH100);
     REQUIRE(thin.supported);
     CHECK(thin.segment_tables);
     CHECK(thin.segments_per_group == 24);
+    CHECK(thin.items_per_chunk == 96);  // (the combine kernel's alphas: 80 items a tile)
+    // More segments than the combine kernel takes (one item's alphas in shared memory): each
+    // item's own tables, though the segments' would be fewer and small.
+    const conv::Conv3dShape finest =
+        stride1_shape({4100, 1, 3, 1, 1}, 4096, {3, 1, 1}, {0, 0, 0}, {1, 1, 1}, 1);
+    const conv::LagInputGradPlan finest_plan = plan_for(finest, 4096, ScalarKind::kFloat, kH100);
+    REQUIRE(finest_plan.supported);
+    CHECK(finest_plan.segments_per_group == 4096);
+    CHECK_FALSE(finest_plan.segment_tables);
+    CHECK(plan_for(finest, 256, ScalarKind::kFloat, kH100).segments_per_group == 256);
+    CHECK(plan_for(finest, 256, ScalarKind::kFloat, kH100).segment_tables);
   }
   // python_tests/test_conv3d_onepass.py's LAG_CASES are in the family (planned with 2
   // GroupNorm groups here: which tables they take is checked above).

@@ -240,10 +240,11 @@ LAG_CASES = {
     "odd-chunks-groups": dict(
         input_shape=(121, 2, 6, 6, 6), out_channels=12, kernel_size=3, num_groups=3, groups=2
     ),
-    # 24 one-channel segments (GroupNorm groups of 1) for 32 samples: the combination takes its
-    # segments' alphas in two rounds (16 at a time).
+    # 24 one-channel segments (GroupNorm groups of 1) for 96 samples in one launch: the
+    # combination's alphas (2048 at a time: 80 items of 24 segments) take two tiles, the second
+    # of 16 items.
     "many-segments": dict(
-        input_shape=(32, 1, 7, 5, 6), out_channels=24, kernel_size=(3, 1, 1), num_groups=24
+        input_shape=(96, 1, 7, 5, 6), out_channels=24, kernel_size=(3, 1, 1), num_groups=24
     ),
 }
 

@@ -848,38 +848,56 @@ __global__ void __launch_bounds__(kThreads) gram_item_grads_kernel(const GramArg
   const double* Sc_item = a.window_sums + item * J;
   const acc_t* mu = static_cast<const acc_t*>(a.mu) + n * s.C_in + g * C;
   const T* weight = static_cast<const T*>(a.p.weight) + (g * c_out_g + c0) * J;
-  for (int e = threadIdx.x; e < J * J + J; e += kThreads) {
-    R[e] = e < J * J ? R_item[e] : Sc_item[e - J * J];  // (R, then Sc)
-  }
+  block_copy(
+      J * J + J, [&](int e) { return e < J * J ? R_item[e] : Sc_item[e - J * J]; },
+      [&](int e, double v) { R[e] = v; });  // (R, then Sc)
   for (int j = threadIdx.x; j < J; j += kThreads) {
     mu_col[j] = static_cast<double>(mu[j / taps]);
   }
-  for (int e = threadIdx.x; e < channels * J; e += kThreads) {
-    w_s[e] = ScalarOps<T>::to_double(weight[e]);
-  }
+  block_copy(
+      channels * J, [&](int e) { return ScalarOps<T>::to_double(weight[e]); },
+      [&](int e, double v) { w_s[e] = v; });
   __syncthreads();
   const acc_t* coef =
       static_cast<const acc_t*>(a.coefficients) + (n * s.C_out + g * c_out_g + c0) * 3;
-  for (int c = threadIdx.x; c < channels; c += kThreads) {
+  // Per channel (a warp each, its lanes over j, then a butterfly) w[c] . Sc and e[c].
+  for (int c = threadIdx.x / kWarpSize; c < channels; c += kWarpsPerBlock) {
     double ws = 0.0, nu = 0.0;
-    for (int j = 0; j < J; ++j) {
+    for (int j = threadIdx.x % kWarpSize; j < J; j += kWarpSize) {
       ws += w_s[c * J + j] * Sc[j];
       nu += w_s[c * J + j] * mu_col[j];
     }
-    const double alpha = static_cast<double>(coef[3 * c]);
-    w_sc[c] = ws;
-    e_c[c] =
-        static_cast<double>(coef[3 * c + 2]) + alpha * (nu - static_cast<double>(coef[3 * c + 1]));
+    ws = warp_allreduce_sum(ws);
+    nu = warp_allreduce_sum(nu);
+    if (threadIdx.x % kWarpSize == 0) {
+      const double alpha = static_cast<double>(coef[3 * c]);
+      w_sc[c] = ws;
+      e_c[c] = static_cast<double>(coef[3 * c + 2]) +
+               alpha * (nu - static_cast<double>(coef[3 * c + 1]));
+    }
   }
   __syncthreads();
   const double S = static_cast<double>(s.Do * s.Ho * s.Wo);
   double* grads = a.item_grads + (item * c_out_g + c0) * J;
   for (int e = threadIdx.x; e < channels * J; e += kThreads) {
     const int c = e / J, j = e % J;
-    double wr = 0.0;
-    for (int i = 0; i < J; ++i) {
-      wr += w_s[c * J + i] * R[i * J + j];
+    // (Four interleaved sums, i to sum i % 4, added pairwise: a quarter of one sum's chain of
+    // dependent multiply-adds.)
+    double wr4[4] = {0.0, 0.0, 0.0, 0.0};
+    int i = 0;
+    for (; i + 4 <= J; i += 4) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        wr4[u] += w_s[c * J + i + u] * R[(i + u) * J + j];
+      }
     }
+#pragma unroll
+    for (int u = 0; u < 3; ++u) {
+      if (i + u < J) {
+        wr4[u] += w_s[c * J + i + u] * R[(i + u) * J + j];
+      }
+    }
+    const double wr = (wr4[0] + wr4[1]) + (wr4[2] + wr4[3]);
     const double alpha = static_cast<double>(coef[3 * c]);
     grads[e] = alpha * (wr + mu_col[j] * w_sc[c]) + e_c[c] * (Sc[j] + S * mu_col[j]);
   }

@@ -128,9 +128,9 @@ __device__ __forceinline__ Segment lag_segment(const LagArgs& a, int64_t cg, int
 template <typename T>
 __device__ __forceinline__ void stage_weights(const T* w, int c0, int nc, int K,
                                               double (*w_s)[kMaxReduction]) {
-  for (int i = threadIdx.x; i < nc * K; i += kThreads) {
-    w_s[i / K][i % K] = ScalarOps<T>::to_double(w[c0 * K + i]);
-  }
+  block_copy(
+      nc * K, [&](int i) { return ScalarOps<T>::to_double(w[c0 * K + i]); },
+      [&](int i, double v) { w_s[i / K][i % K] = v; });
 }
 
 // Q of each source (blockIdx.x), to out + blockIdx.x * K * K: of the segments (their channels,
@@ -243,15 +243,18 @@ __global__ void __launch_bounds__(kThreads) lag_constants_kernel(const LagArgs a
     __syncthreads();  // mu_s written; the previous chunk is done with w_s and e_s
     stage_weights(w, c0, nc, K, w_s);
     __syncthreads();
-    if (threadIdx.x < nc) {
-      const int c = threadIdx.x;
+    // nu and e of channel c by warp c % kWarpsPerBlock, its lanes over the K terms.
+    for (int c = threadIdx.x / kWarpSize; c < nc; c += kWarpsPerBlock) {
       double nu = 0.0;
-      for (int i = 0; i < K; ++i) {
+      for (int i = threadIdx.x % kWarpSize; i < K; i += kWarpSize) {
         nu += w_s[c][i] * mu_s[i / taps];
       }
-      const double alpha = static_cast<double>(coef[3 * (c0 + c)]);
-      e_s[c] = static_cast<double>(coef[3 * (c0 + c) + 2]) +
-               alpha * (nu - static_cast<double>(coef[3 * (c0 + c) + 1]));
+      nu = warp_allreduce_sum(nu);
+      if (threadIdx.x % kWarpSize == 0) {
+        const double alpha = static_cast<double>(coef[3 * (c0 + c)]);
+        e_s[c] = static_cast<double>(coef[3 * (c0 + c) + 2]) +
+                 alpha * (nu - static_cast<double>(coef[3 * (c0 + c) + 1]));
+      }
     }
     __syncthreads();
     if (threadIdx.x < K) {
@@ -301,9 +304,7 @@ __global__ void __launch_bounds__(kThreads)
   const int taps = kD * kH * kW;
   const int K = c_in_g * taps;
   const double* Q = q + static_cast<int64_t>(blockIdx.x) * K * K;
-  for (int i = threadIdx.x; i < K * K; i += kThreads) {
-    q_s[i] = Q[i];
-  }
+  block_copy(K * K, [&](int i) { return Q[i]; }, [&](int i, double v) { q_s[i] = v; });
   __syncthreads();
   const int span_d = static_cast<int>(plan.span[0]);
   const int span_h = static_cast<int>(plan.span[1]), span_w = static_cast<int>(plan.span[2]);
@@ -350,43 +351,61 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Items per block of lag_combine_kernel: 24 (not 32) leaves registers for kCombineBatch
-// segments' elements in flight; 3 blocks per SM (80 registers, a few bytes spilled) measured
-// 0.084 ms a step against 0.089 at 2 (96 registers) at the Conv3d headline (H100, 2026-11-26).
-constexpr int kCombineItems = 24;
-constexpr int kCombineSegments = 16;  // segments' alphas in shared memory at a time
-constexpr int kCombineBatch = 4;      // segments' elements loaded at once
+// lag_combine_kernel: a product of the items' alphas [items][segments] and the segment tables
+// [segments][elems], a thread per 2 elements and kCombineTileItems items at a time (16 double
+// accumulators: each 16-byte load of 2 alphas from shared memory serves 4 multiply-adds), the
+// segments' elements kCombineBatch at a time. At the Conv3d headline (H100, 2026-11-26) 0.080
+// -> 0.062 ms a step against a thread per element and 24 items (2 multiply-adds per 16-byte
+// load, 3 blocks per SM in 3 waves); a thread per element and every item one at a time, one
+// alpha load per multiply-add, took 0.110. The alphas of a tile of items sit in shared memory:
+// kCombineAlphas of them, at least kCombineTileItems items as the plan bounds the segments.
+constexpr int kCombineTileItems = 8;
+constexpr int kCombineBatch = 4;  // segments' elements loaded at once
+constexpr int kCombineAlphas = 2048;
+static_assert(conv::kLagMaxCombineSegments * kCombineTileItems <= kCombineAlphas,
+              "a tile holds at least kCombineTileItems items' alphas");
 
-// The tables of the chunk's items of conv group blockIdx.z (every groups-th item) from the
-// segment tables: per table element (a thread each) and item, the sum over the segments of
-// alpha[n, segment] (that of any of its channels; 0 for an empty segment, whose tables are 0)
-// times the segment's element, in double and segment order. A block takes kCombineItems items
-// (blockIdx.y), each segment element loaded once for all of them.
+// Two adjacent table elements by one store (through L2, where the input-gradient kernel reads
+// them; a plain float2 assignment compiled to two 4-byte stores).
+__device__ __forceinline__ void store_pair(float* dst, double a, double b) {
+  __stcg(reinterpret_cast<float2*>(dst), make_float2(static_cast<float>(a), static_cast<float>(b)));
+}
+__device__ __forceinline__ void store_pair(double* dst, double a, double b) {
+  __stcg(reinterpret_cast<double2*>(dst), make_double2(a, b));
+}
+
+// The tables of the chunk's items of conv group blockIdx.y (every groups-th item) from the
+// segment tables: per table element and item, the sum over the segments of alpha[n, segment]
+// (that of any of its channels; 0 for an empty segment, whose tables are 0) times the segment's
+// element, in double and segment order. A thread takes 2 adjacent elements (table_elems is a
+// multiple of 4) and walks its conv group's items kCombineTileItems at a time, its segment
+// elements reloaded per walk step (from L1).
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 3) lag_combine_kernel(const LagArgs a, int count) {
   using acc_t = typename ScalarOps<T>::acc_t;
   const conv::Conv3dShape& s = a.p.conv;
-  __shared__ __align__(16) double alpha_s[kCombineSegments][kCombineItems];
+  __shared__ __align__(16) double alpha_s[kCombineAlphas];  // [segment][item of the tile]
   const int64_t elems = a.plan.table_elems;
-  const int64_t e = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  const int groups = static_cast<int>(s.groups), cg = static_cast<int>(blockIdx.z);
-  // The chunk's items of conv group cg: j = first + groups * t.
+  const int64_t e = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 2;
+  const bool active = e < elems;
+  const int groups = static_cast<int>(s.groups), cg = static_cast<int>(blockIdx.y);
+  // The chunk's items of conv group cg: j = first + groups * t, t < cg_items.
   const int first = static_cast<int>(((cg - a.item0) % groups + groups) % groups);
-  const int t0 = static_cast<int>(blockIdx.y) * kCombineItems;
-  const int items = min(kCombineItems, (count - first + groups - 1) / groups - t0);
+  const int cg_items = (count - first + groups - 1) / groups;
   const int segments = static_cast<int>(a.plan.segments_per_group);
   const double* seg_elems = a.segment_tables + static_cast<int64_t>(cg) * segments * elems + e;
-  double sums[kCombineItems];
-#pragma unroll
-  for (int t = 0; t < kCombineItems; ++t) {
-    sums[t] = 0.0;
-  }
-  for (int k0 = 0; k0 < segments; k0 += kCombineSegments) {
-    __syncthreads();  // the previous segments' alphas used
-    for (int i = threadIdx.x; i < kCombineSegments * kCombineItems; i += kThreads) {
-      const int k = k0 + i / kCombineItems, t = i % kCombineItems;
-      double alpha = 0.0;  // (items past the chunk's: 0, their sums not stored)
-      if (t < items && k < segments) {
+  // Items per tile of alphas: a multiple of kCombineTileItems, no more than the conv group has.
+  const int tile = min(kCombineAlphas / segments / kCombineTileItems,
+                       (cg_items + kCombineTileItems - 1) / kCombineTileItems) *
+                   kCombineTileItems;
+  acc_t* out = static_cast<acc_t*>(a.tables) + e;
+  for (int t0 = 0; t0 < cg_items; t0 += tile) {
+    const int items = min(tile, cg_items - t0);
+    __syncthreads();  // the previous tile's alphas used
+    for (int i = threadIdx.x; i < tile * segments; i += kThreads) {
+      const int k = i / tile, t = i % tile;
+      double alpha = 0.0;  // (items past the conv group's: 0, their sums not stored)
+      if (t < items) {
         const Segment seg = lag_segment(a, cg, k);
         if (seg.begin < seg.end) {
           const int64_t n = (a.item0 + first + static_cast<int64_t>(groups) * (t0 + t)) / groups;
@@ -394,38 +413,48 @@ __global__ void __launch_bounds__(kThreads, 3) lag_combine_kernel(const LagArgs 
               a.coefficients)[(n * s.C_out + cg * a.plan.c_out_g + seg.begin) * 3]);
         }
       }
-      alpha_s[i / kCombineItems][t] = alpha;
+      alpha_s[i] = alpha;
     }
     __syncthreads();
-    if (e < elems) {
-      const int k_end = min(segments, k0 + kCombineSegments);
-      // kCombineBatch segments' elements loaded together (one at a time, every thread waited
-      // on each load in turn), then their products in segment order.
-      for (int k1 = k0; k1 < k_end; k1 += kCombineBatch) {
-        double value[kCombineBatch];
+    if (!active) {
+      continue;
+    }
+    for (int t1 = 0; t1 < items; t1 += kCombineTileItems) {
+      double2 sums[kCombineTileItems];
+#pragma unroll
+      for (int t = 0; t < kCombineTileItems; ++t) {
+        sums[t] = make_double2(0.0, 0.0);
+      }
+      for (int k0 = 0; k0 < segments; k0 += kCombineBatch) {
+        // kCombineBatch segments' elements loaded together (one at a time, each load waited on
+        // the previous segment's products: 0.079 ms a step).
+        double2 value[kCombineBatch];
 #pragma unroll
         for (int u = 0; u < kCombineBatch; ++u) {
-          value[u] = k1 + u < k_end ? __ldg(seg_elems + (k1 + u) * elems) : 0.0;
+          value[u] = k0 + u < segments
+                         ? __ldg(reinterpret_cast<const double2*>(seg_elems + (k0 + u) * elems))
+                         : make_double2(0.0, 0.0);
         }
 #pragma unroll
         for (int u = 0; u < kCombineBatch; ++u) {
-          if (k1 + u < k_end) {
-            const double2* alpha = reinterpret_cast<const double2*>(alpha_s[k1 + u - k0]);
+          if (k0 + u < segments) {
+            const double2* alpha = reinterpret_cast<const double2*>(alpha_s + (k0 + u) * tile + t1);
 #pragma unroll
-            for (int t = 0; t < kCombineItems; t += 2) {
+            for (int t = 0; t < kCombineTileItems; t += 2) {
               const double2 pair = alpha[t / 2];
-              sums[t] += pair.x * value[u];
-              sums[t + 1] += pair.y * value[u];
+              sums[t].x += pair.x * value[u].x;
+              sums[t].y += pair.x * value[u].y;
+              sums[t + 1].x += pair.y * value[u].x;
+              sums[t + 1].y += pair.y * value[u].y;
             }
           }
         }
       }
-    }
-  }
-  if (e < elems) {
-    acc_t* out = static_cast<acc_t*>(a.tables) + e;
-    for (int t = 0; t < items; ++t) {
-      out[static_cast<int64_t>(first + groups * (t0 + t)) * elems] = static_cast<acc_t>(sums[t]);
+      const int stored = min(kCombineTileItems, items - t1);
+      for (int t = 0; t < stored; ++t) {
+        store_pair(out + static_cast<int64_t>(first + groups * (t0 + t1 + t)) * elems, sums[t].x,
+                   sums[t].y);
+      }
     }
   }
 }
@@ -1026,12 +1055,9 @@ cudaError_t lag_input_grad_launch(const conv::Conv3dGroupNormMeanBackwardParams&
     const int64_t count = std::min(plan.items_per_chunk, items - item0);
     args.item0 = item0;
     if (plan.segment_tables) {
-      // (A conv group's items in the chunk: at most ceil(count / groups).)
-      lag_combine_kernel<T>
-          <<<dim3(static_cast<unsigned>(ceil_div(plan.table_elems, kThreads)),
-                  static_cast<unsigned>(ceil_div(ceil_div(count, s.groups), kCombineItems)),
-                  static_cast<unsigned>(s.groups)),
-             kThreads, 0, stream>>>(args, static_cast<int>(count));
+      lag_combine_kernel<T><<<dim3(static_cast<unsigned>(ceil_div(plan.table_elems, 2 * kThreads)),
+                                   static_cast<unsigned>(s.groups)),
+                              kThreads, 0, stream>>>(args, static_cast<int>(count));
       FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     } else {
       FUSED_OPS_RETURN_IF_CUDA_ERROR(launch_products_and_tables<T>(

@@ -1110,6 +1110,28 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The sum of src[p * pitch] over the positions p of `t`, in four interleaved sums (position j
+// to sum j % 4, added pairwise at the end): their loads in flight together (exact_means_taps_
+// kernel 0.010 -> 0.007 ms at the Conv3d headline, H100, 2026-11-26, where one chain of
+// dependent loads and adds was 30 long).
+__device__ __forceinline__ double strided_sum(const double* src, TapPositions t, int64_t pitch) {
+  double sums[4] = {0.0, 0.0, 0.0, 0.0};
+  int64_t p = t.first;
+  for (; p + 3 * t.stride <= t.last; p += 4 * t.stride) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      sums[u] += src[(p + u * t.stride) * pitch];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < 3; ++u) {  // (at most 3 left)
+    if (p + u * t.stride <= t.last) {
+      sums[u] += src[(p + u * t.stride) * pitch];
+    }
+  }
+  return (sums[0] + sums[1]) + (sums[2] + sums[3]);
+}
+
 // taps[(n * C_in + b) * kD * kH * kW + k]: X[n, b, k] from the rows, a block per (n, b): the
 // sums along H per (d, kh, kw) (to planes), then along D per tap.
 __global__ void __launch_bounds__(kThreads)
@@ -1122,40 +1144,39 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = threadIdx.x; i < s.D * hw_taps; i += kThreads) {
     const int64_t d = i / hw_taps, kh = i % hw_taps / s.kW, kw = i % s.kW;
     const TapPositions th = tap_positions(kh, s.H, s.Ho, s.stride[1], s.padding[1], s.dilation[1]);
-    double sum = 0.0;
-    for (int64_t h = th.first; h <= th.last; h += th.stride) {
-      sum += in[(d * s.H + h) * s.kW + kw];
-    }
-    plane[i] = sum;
+    plane[i] = strided_sum(in + d * s.H * s.kW + kw, th, s.kW);
   }
   __syncthreads();  // (the block's own global writes are visible to it after the barrier)
   for (int64_t i = threadIdx.x; i < s.kD * hw_taps; i += kThreads) {
     const TapPositions td =
         tap_positions(i / hw_taps, s.D, s.Do, s.stride[0], s.padding[0], s.dilation[0]);
-    double sum = 0.0;
-    for (int64_t d = td.first; d <= td.last; d += td.stride) {
-      sum += plane[d * hw_taps + i % hw_taps];
-    }
-    taps[nb * s.kD * hw_taps + i] = sum;
+    taps[nb * s.kD * hw_taps + i] = strided_sum(plane + i % hw_taps, td, hw_taps);
   }
 }
 
-// means[n * C_out + c] = m0[n, c]: a thread per (n, c).
+// means[n * C_out + c] = m0[n, c]: a warp per (n, c), its lanes over the weight's row, then a
+// butterfly (a thread per (n, c), whose K loads and products were one chain: 0.011 ms at the
+// Conv3d headline, H100, 2026-11-26).
 __global__ void __launch_bounds__(kThreads)
     exact_means_kernel(const KernelArgs a, const double* taps, double* means) {
   const conv::Conv3dShape& s = a.p.conv;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   if (i >= s.N * s.C_out) {
-    return;
+    return;  // (a whole warp)
   }
   const int64_t n = i / s.C_out, c = i % s.C_out;
   const int64_t K = a.plan.K;  // c_in_g * taps, the weight's row
   const int64_t g = c / a.plan.c_out_g;
   const float* w = static_cast<const float*>(a.p.weight) + c * K;
   const double* X = taps + (n * s.C_in + g * a.plan.c_in_g) * (K / a.plan.c_in_g);
-  const double sum =
-      interleaved_sum(K, [&](int64_t j) { return static_cast<double>(__ldg(w + j)) * X[j]; });
-  means[i] = sum / static_cast<double>(s.Do * s.Ho * s.Wo);
+  double sum = 0.0;
+  for (int64_t j = threadIdx.x % kWarpSize; j < K; j += kWarpSize) {
+    sum += static_cast<double>(__ldg(w + j)) * X[j];
+  }
+  sum = warp_allreduce_sum(sum);
+  if (threadIdx.x % kWarpSize == 0) {
+    means[i] = sum / static_cast<double>(s.Do * s.Ho * s.Wo);
+  }
 }
 
 struct ExactMeansWorkspace {
@@ -1194,7 +1215,7 @@ cudaError_t launch_exact_means(const KernelArgs& args, const ExactMeansWorkspace
   const int64_t row_blocks =
       ceil_div(s.N * s.C_in * s.D * s.H, static_cast<int64_t>(kThreads / lanes));
   if (!grid_fits(row_blocks) || !grid_fits(s.N * s.C_in) ||
-      !grid_fits(ceil_div(s.N * s.C_out, kThreads))) {
+      !grid_fits(blocks_for_warp_items(s.N * s.C_out))) {
     return cudaErrorInvalidConfiguration;
   }
   exact_means_rows_kernel<<<static_cast<unsigned>(row_blocks), kThreads, 0, stream>>>(args, lanes,
@@ -1203,7 +1224,7 @@ cudaError_t launch_exact_means(const KernelArgs& args, const ExactMeansWorkspace
   exact_means_taps_kernel<<<static_cast<unsigned>(s.N * s.C_in), kThreads, 0, stream>>>(
       args, ws.rows, ws.planes, ws.taps);
   FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-  exact_means_kernel<<<static_cast<unsigned>(ceil_div(s.N * s.C_out, kThreads)), kThreads, 0,
+  exact_means_kernel<<<static_cast<unsigned>(blocks_for_warp_items(s.N * s.C_out)), kThreads, 0,
                        stream>>>(args, ws.taps, ws.means);
   return cudaGetLastError();
 }

@@ -423,7 +423,8 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
   const int64_t segment_bytes =
       s.groups * plan.segments_per_group * (reduction * reduction + plan.table_elems) * 8;
   plan.segment_tables = s.groups * plan.segments_per_group < items &&
-                        segment_bytes <= static_cast<int64_t>(kLagSegmentTableBytes);
+                        segment_bytes <= static_cast<int64_t>(kLagSegmentTableBytes) &&
+                        plan.segments_per_group <= kLagMaxCombineSegments;
   // An item's workspace: its tables, and without segment tables its Q in double.
   const int64_t item_bytes = plan.table_elems * static_cast<int64_t>(acc_bytes) +
                              (plan.segment_tables ? 0 : reduction * reduction * 8);

@@ -310,6 +310,9 @@ struct LagInputGradPlan {
 constexpr size_t kLagTableBytes = size_t{20} << 20;
 // The segment tables and their Q (double): at most this, else the items' own tables.
 constexpr size_t kLagSegmentTableBytes = size_t{16} << 20;
+// Segments per conv group at most this with segment tables (the combine kernel keeps a tile of
+// at least 8 items' alphas in shared memory: 16 KB of double).
+constexpr int64_t kLagMaxCombineSegments = 256;
 // Blocks of the input-gradient kernel per multiprocessor (its __launch_bounds__).
 constexpr int64_t kLagBlocksPerMultiprocessor = 2;
 // `num_groups`: GroupNorm's; `multiprocessors`: the device's (0: launches not sized to waves).
