@@ -739,6 +739,7 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
     CHECK(plan.d_tiles == s.D / 12 + __builtin_popcountll(s.D % 12));
     const int64_t pitch = s.D >= 12 ? 20 : s.D >= 8 ? 12 : 8;
     CHECK(plan.smem_bytes == static_cast<size_t>(plan.c_in_g * pitch * plan.FH * plan.FW * 4));
+    CHECK(plan.table_elems % 4 == 0);  // (the combine kernel writes pairs of elements)
     if (s.N == 40) {  // python_tests' "two-chunks": its 40 items take two launches of 20
       CHECK(plan.items_per_chunk == 20);
     }

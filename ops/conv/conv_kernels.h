@@ -294,11 +294,13 @@ struct LagInputGradPlan {
   // A tile's footprint rows (H) and columns (W); its planes (D): the tile's depth + span - 1.
   int64_t FH = 0, FW = 0;
   // Elements of one (sample, conv group)'s tables, [P][c_in_g][span_h][span_w][row] (its
-  // constants, [P][4], are kept for all items at once).
+  // constants, [P][4], are kept for all items at once): a multiple of 4, as row is (the
+  // combine kernel writes pairs).
   int64_t table_elems = 0;
-  // The tables from the segments' (see above): the most GroupNorm groups one conv group's
-  // channels meet; the segment tables are [groups][segments_per_group] (a conv group that
-  // meets fewer has empty ones).
+  // The tables from the segments' (see above; only where they are fewer than the items, fit
+  // kLagSegmentTableBytes and number at most kLagMaxCombineSegments a conv group): the most
+  // GroupNorm groups one conv group's channels meet; the segment tables are
+  // [groups][segments_per_group] (a conv group that meets fewer has empty ones).
   bool segment_tables = false;
   int64_t segments_per_group = 0;
   // (sample, conv group) items per launch: their tables (and Q, without segment tables) at
