@@ -881,23 +881,7 @@ __global__ void __launch_bounds__(kThreads) gram_item_grads_kernel(const GramArg
   double* grads = a.item_grads + (item * c_out_g + c0) * J;
   for (int e = threadIdx.x; e < channels * J; e += kThreads) {
     const int c = e / J, j = e % J;
-    // (Four interleaved sums, i to sum i % 4, added pairwise: a quarter of one sum's chain of
-    // dependent multiply-adds.)
-    double wr4[4] = {0.0, 0.0, 0.0, 0.0};
-    int i = 0;
-    for (; i + 4 <= J; i += 4) {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        wr4[u] += w_s[c * J + i + u] * R[(i + u) * J + j];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < 3; ++u) {
-      if (i + u < J) {
-        wr4[u] += w_s[c * J + i + u] * R[(i + u) * J + j];
-      }
-    }
-    const double wr = (wr4[0] + wr4[1]) + (wr4[2] + wr4[3]);
+    const double wr = interleaved_sum(J, [&](int i) { return w_s[c * J + i] * R[i * J + j]; });
     const double alpha = static_cast<double>(coef[3 * c]);
     grads[e] = alpha * (wr + mu_col[j] * w_sc[c]) + e_c[c] * (Sc[j] + S * mu_col[j]);
   }
