@@ -91,7 +91,8 @@ def report_phases(model, x, op_args) -> None:
     fwd = torch.ops.fused._conv3d_group_norm_mean_onepass_forward
     bwd = torch.ops.fused._conv3d_group_norm_mean_onepass_backward
     with torch.no_grad():
-        out, mean, rstd, channel_mean = fwd(*op_args)
+        out, mean, rstd, channel_mean, input_sums = fwd(*op_args)
+        stats = (mean, rstd, channel_mean, input_sums)
         print(f"onepass training forward: {time_ms(lambda: fwd(*op_args)):.3f} ms")
         grad = torch.randn_like(out)
         rest = list(op_args[3:9])
@@ -103,10 +104,11 @@ def report_phases(model, x, op_args) -> None:
         ]:
 
             def run(mask=mask):
-                bwd(grad, x, op_args[1], op_args[2], mean, rstd, channel_mean, *rest, mask)
+                bwd(grad, x, op_args[1], op_args[2], *stats, *rest, mask)
 
             print(f"onepass backward, {name}: {time_ms(run):.3f} ms")
     saved = (mean.numel() + rstd.numel() + channel_mean.numel()) * mean.element_size()
+    saved += input_sums.numel() * input_sums.element_size()
     print(f"saved for backward besides the arguments: {saved} bytes")
     original = reference.Conv3dGroupNormMean(3, 24, 3, 8).cuda()
     original.load_state_dict(model.state_dict())

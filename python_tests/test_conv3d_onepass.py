@@ -377,7 +377,8 @@ def test_backward_partial_requires_grad():
 @requires_cuda
 def test_training_saves_statistics_only():
     """At the headline's channel counts, what autograd saves besides the arguments is the
-    per-(n, g) and per-(n, c) statistics: no tensor of the convolution output's size."""
+    per-(n, g) and per-(n, c) statistics and x's sums per (n, input channel) and tap (float64):
+    no tensor of the convolution output's size."""
     args = conv3d_args((4, 3, 12, 16, 16), 24, 3, 8, device="cuda", requires_grad=True)
     argument_ptrs = {a.data_ptr() for a in args if isinstance(a, torch.Tensor)}
     extra_bytes = []
@@ -389,15 +390,18 @@ def test_training_saves_statistics_only():
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = torch.ops.fused.conv3d_group_norm_mean(*args)
-    N, C, G = 4, 24, 8
-    assert sum(extra_bytes) == (2 * N * G + N * C) * 4, extra_bytes
+    N, C, G, C_in, taps = 4, 24, 8, 3, 27
+    assert sum(extra_bytes) == (2 * N * G + N * C) * 4 + N * C_in * (taps + 1) * 8, extra_bytes
     out.sum().backward()
     assert all(a.grad is not None for a in args if isinstance(a, torch.Tensor))
 
 
 # Training forwards whose channel means the tensor-core kernel's plan takes exactly (float32):
 # the headline's shape with a large common offset, strides 2-3 with dilation and padding, conv
-# groups, and rows of 150 (the exact means' rows past 128 values: 32 lanes that loop).
+# groups, rows of 150 and 1100 (the sums' columns in passes of 32), more than 3 taps along D
+# and H (passes of 3 x 3 tap pairs), 40 rows (batches of 16 rows whose taps' rows are runs from
+# the batch's edges, and a last batch of 8), and N * C_in past two blocks per SM (one block per
+# (n, b): the smaller problems split D across blocks).
 EXACT_MEAN_CASES = {
     "headline-offset": dict(
         input_shape=(2, 3, 24, 32, 32), out_channels=24, kernel_size=3, num_groups=8
@@ -426,7 +430,6 @@ EXACT_MEAN_CASES = {
         num_groups=2,
         stride=(1, 1, 3),
     ),
-    # Rows of more than 32 x 32 values: the row sums take two chunks of 32 lanes' values.
     "rows-over-1024": dict(
         input_shape=(1, 2, 3, 3, 1100),
         out_channels=4,
@@ -434,7 +437,40 @@ EXACT_MEAN_CASES = {
         num_groups=2,
         padding=(0, 0, 1),
     ),
+    "many-taps": dict(
+        input_shape=(2, 1, 9, 11, 7),
+        out_channels=8,
+        kernel_size=(5, 4, 2),
+        num_groups=2,
+        padding=(2, 1, 0),
+        stride=(1, 2, 1),
+    ),
+    "tall-rows": dict(
+        input_shape=(2, 2, 5, 40, 12),
+        out_channels=8,
+        kernel_size=3,
+        num_groups=4,
+        padding=(0, 1, 0),
+    ),
+    "one-block-per-channel": dict(
+        input_shape=(96, 3, 5, 6, 9), out_channels=8, kernel_size=3, num_groups=4, padding=1
+    ),
 }
+
+
+def _input_sums_reference(x, kernel_size, stride, padding, dilation):
+    """The training forward's input_sums in float64: per (n, input channel), X[k], the sum of x
+    over the positions tap k reads (one per output; a convolution with one-hot kernels), then
+    x's total."""
+    N, C = x.shape[:2]
+    taps = kernel_size[0] * kernel_size[1] * kernel_size[2]
+    one_hot = torch.eye(taps, dtype=torch.float64, device=x.device).reshape(taps, 1, *kernel_size)
+    x64 = x.detach().double()
+    per_tap = torch.nn.functional.conv3d(
+        x64.reshape(N * C, 1, *x.shape[2:]), one_hot, None, stride, padding, dilation
+    )
+    X = per_tap.sum(dim=(2, 3, 4)).reshape(N, C, taps)
+    return torch.cat([X, x64.sum(dim=(2, 3, 4)).reshape(N, C, 1)], dim=2)
 
 
 @requires_cuda
@@ -442,13 +478,20 @@ EXACT_MEAN_CASES = {
 def test_training_forward_channel_means_exact(name):
     """The training forward's channel means (which the backward centres dy on: an error there
     sums over every output) against float64: exact but for the final rounding to float32, on
-    inputs with a large common offset, while the tensor-core kernel computes the rest."""
+    inputs with a large common offset, while the tensor-core kernel computes the rest; and the
+    x sums it keeps for the backward (input_sums), against float64."""
     torch.manual_seed(0)
     args = conv3d_args(**EXACT_MEAN_CASES[name], device="cuda", requires_grad=False)
     with torch.no_grad():
         args[0].uniform_(0.0, 1.0).add_(8.0)
     x, w, b, stride, padding, dilation, groups = args[:7]
-    out, mean, rstd, channel_mean = torch.ops.fused._conv3d_group_norm_mean_onepass_forward(*args)
+    out, mean, rstd, channel_mean, input_sums = (
+        torch.ops.fused._conv3d_group_norm_mean_onepass_forward(*args)
+    )
+    # Sums in double of float32 values: only their order differs from the reference's.
+    expected = _input_sums_reference(x, tuple(w.shape[2:]), stride, padding, dilation)
+    assert input_sums.dtype == torch.float64
+    torch.testing.assert_close(input_sums, expected, rtol=1e-12, atol=1e-9)
     y = torch.nn.functional.conv3d(
         x.double(), w.double(), b.double(), stride, padding, dilation, groups
     )
@@ -459,6 +502,102 @@ def test_training_forward_channel_means_exact(name):
     torch.testing.assert_close(
         out, torch.ops.fused.conv3d_group_norm_mean(*args), rtol=1e-5, atol=1e-6
     )
+
+
+# The backward's centring of x from the forward's sums (mu for the lag tables, the Gram kernels'
+# window sums Sc = X - S * mu) and without them: the headline's shape, padding (window boxes
+# partly in the padding), dilation with conv groups.
+INPUT_SUMS_CASES = {
+    "headline": dict(input_shape=(2, 3, 24, 32, 32), out_channels=24, kernel_size=3, num_groups=8),
+    "padded": dict(
+        input_shape=(2, 2, 9, 8, 12), out_channels=12, kernel_size=3, num_groups=4, padding=1
+    ),
+    "dilated-groups": dict(
+        input_shape=(3, 4, 10, 9, 11),
+        out_channels=12,
+        kernel_size=(3, 2, 3),
+        num_groups=3,
+        groups=2,
+        dilation=(2, 1, 2),
+        padding=(2, 0, 1),
+    ),
+}
+
+
+@requires_cuda
+@pytest.mark.parametrize("name", list(INPUT_SUMS_CASES))
+def test_backward_from_input_sums(name):
+    """The one-pass backward op given the forward's input_sums and given None (x summed again):
+    every gradient against float64 both ways, on torch.rand inputs plus a large common offset
+    (the sums centre x: the offset must not cost accuracy)."""
+    torch.manual_seed(0)
+    args = conv3d_args(**INPUT_SUMS_CASES[name], device="cuda", requires_grad=True)
+    with torch.no_grad():
+        args[0].uniform_(0.0, 1.0).add_(8.0)
+    ref, dargs = reference(OP, args)
+    grad_out = torch.randn(ref.shape, dtype=torch.float32, device="cuda")
+    leaves = tensor_arg_indices(args)
+    ref_grads = torch.autograd.grad(ref, [dargs[i] for i in leaves], grad_out.double())
+    x, w, cb, stride, padding, dilation, groups, num_groups, gw, gb, eps = args
+    with torch.no_grad():
+        out, mean, rstd, channel_mean, input_sums = (
+            torch.ops.fused._conv3d_group_norm_mean_onepass_forward(*args)
+        )
+        assert input_sums.shape == (x.shape[0], x.shape[1], w[0].numel() // w.shape[1] + 1)
+        results = {}
+        for label, sums in [("with input_sums", input_sums), ("without", None)]:
+            grads = torch.ops.fused._conv3d_group_norm_mean_onepass_backward(
+                grad_out, x, w, cb, mean, rstd, channel_mean, sums, stride, padding, dilation,
+                groups, num_groups, gw, [True] * 5,
+            )  # fmt: skip
+            # (grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias) in the
+            # order of the leaves x, w, cb, gw, gb
+            for i, g, rg in zip(leaves, grads, ref_grads):
+                assert_close_to_ref(
+                    g, rg, torch.float32, *GRAD_TOLERANCE[torch.float32],
+                    what=f"{label}: grad of argument {i}",
+                )  # fmt: skip
+            results[label] = grads
+    # The same mu up to rounding, so gradients within float32 noise of each other.
+    for a, b in zip(results["with input_sums"], results["without"]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6 * b.abs().max().item())
+
+
+@requires_cuda
+def test_backward_rejects_input_sums_of_another_shape():
+    args = conv3d_args((2, 3, 6, 7, 8), 16, 3, 4, device="cuda", requires_grad=False)
+    out, mean, rstd, channel_mean, input_sums = (
+        torch.ops.fused._conv3d_group_norm_mean_onepass_forward(*args)
+    )
+    for bad, match in [
+        (input_sums[:, :, :-1], r"expected input_sums of shape \[2, 3, 28\]"),
+        (input_sums.float(), "expected input_sums of dtype Double"),
+    ]:
+        with pytest.raises(RuntimeError, match=match):
+            torch.ops.fused._conv3d_group_norm_mean_onepass_backward(
+                torch.ones_like(out), args[0], args[1], args[2], mean, rstd, channel_mean, bad,
+                *args[3:9], [True] * 5,
+            )  # fmt: skip
+
+
+@requires_cuda
+def test_dependent_launch_gives_the_same_bits(monkeypatch):
+    """The one-pass kernels chained by programmatic dependent launch (each kernel may start
+    while the previous one finishes, and waits for it before touching memory) give bitwise the
+    output and gradients of plain launches (FUSED_OPS_DEPENDENT_LAUNCH=0)."""
+    torch.manual_seed(0)
+    args = conv3d_args((8, 3, 24, 32, 32), 24, 3, 8, device="cuda", requires_grad=True)
+    with torch.no_grad():
+        args[0].uniform_(0.0, 1.0)
+    grad_out = torch.randn(8, device="cuda")
+    leaves = [args[i] for i in tensor_arg_indices(args)]
+    results = []
+    for setting in ("1", "0"):
+        monkeypatch.setenv("FUSED_OPS_DEPENDENT_LAUNCH", setting)
+        out = torch.ops.fused.conv3d_group_norm_mean(*args)
+        results.append((out, *torch.autograd.grad(out, leaves, grad_out)))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
 
 
 @requires_cuda
@@ -479,11 +618,16 @@ def test_onepass_ops_opcheck():
     """The internal one-pass operators' schemas, Meta kernels and fake-tensor behaviour."""
     args = conv3d_args((2, 3, 6, 7, 8), 16, 3, 4, device="cuda", requires_grad=False)
     torch.library.opcheck(torch.ops.fused._conv3d_group_norm_mean_onepass_forward, args)
-    out, mean, rstd, channel_mean = torch.ops.fused._conv3d_group_norm_mean_onepass_forward(*args)
-    backward_args = [torch.randn_like(out), args[0], args[1], args[2], mean, rstd, channel_mean,
-                     args[3], args[4], args[5], args[6], args[7], args[8],
-                     [True, True, True, True, True]]  # fmt: skip
-    torch.library.opcheck(torch.ops.fused._conv3d_group_norm_mean_onepass_backward, backward_args)
+    out, mean, rstd, channel_mean, input_sums = (
+        torch.ops.fused._conv3d_group_norm_mean_onepass_forward(*args)
+    )
+    for sums in (input_sums, None):
+        backward_args = [torch.randn_like(out), args[0], args[1], args[2], mean, rstd,
+                         channel_mean, sums, args[3], args[4], args[5], args[6], args[7], args[8],
+                         [True, True, True, True, True]]  # fmt: skip
+        torch.library.opcheck(
+            torch.ops.fused._conv3d_group_norm_mean_onepass_backward, backward_args
+        )
 
 
 @requires_cuda

@@ -249,11 +249,13 @@ class Conv3dGroupNormMeanOnePassFunction
                             int64_t num_groups, const OptTensor& gn_weight,
                             const OptTensor& gn_bias, double eps) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    auto [output, mean, rstd, channel_mean] = api::_conv3d_group_norm_mean_onepass_forward(
-        input, weight, conv_bias, stride, padding, dilation, groups, num_groups, gn_weight, gn_bias,
-        eps);
+    auto [output, mean, rstd, channel_mean, input_sums] =
+        api::_conv3d_group_norm_mean_onepass_forward(input, weight, conv_bias, stride, padding,
+                                                     dilation, groups, num_groups, gn_weight,
+                                                     gn_bias, eps);
     ctx->save_for_backward({input, weight, conv_bias.value_or(at::Tensor()),
-                            gn_weight.value_or(at::Tensor()), mean, rstd, channel_mean});
+                            gn_weight.value_or(at::Tensor()), mean, rstd, channel_mean,
+                            input_sums});
     save_presence(ctx,
                   {true, true, is_defined(conv_bias), is_defined(gn_weight), is_defined(gn_bias)});
     save_conv_args(ctx, stride, padding, /*output_padding=*/{0, 0, 0}, dilation, groups, num_groups,
@@ -267,7 +269,7 @@ class Conv3dGroupNormMeanOnePassFunction
     auto [grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias] =
         api::_conv3d_group_norm_mean_onepass_backward(
             grad_outputs[0], saved[0], saved[1], as_optional(saved[2]), saved[4], saved[5],
-            saved[6], data["stride"].toIntVector(), data["padding"].toIntVector(),
+            saved[6], saved[7], data["stride"].toIntVector(), data["padding"].toIntVector(),
             data["dilation"].toIntVector(), data["groups"].toInt(), data["num_groups"].toInt(),
             as_optional(saved[3]), input_grad_mask<5>(ctx));
     return {grad_input,   grad_weight,  grad_conv_bias, at::Tensor(), at::Tensor(), at::Tensor(),

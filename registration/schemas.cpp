@@ -41,13 +41,18 @@ TORCH_LIBRARY(fused, m) {
   def("_conv3d_group_norm_mean_forward", kConv3dArgs, "(Tensor, Tensor, Tensor, Tensor, Tensor)");
 
   // The one-pass training path of conv3d_group_norm_mean (CUDA): (output, mean, rstd,
-  // channel_mean), and the gradients from those statistics (the conv output never stored).
-  def("_conv3d_group_norm_mean_onepass_forward", kConv3dArgs, "(Tensor, Tensor, Tensor, Tensor)");
+  // channel_mean, input_sums), and the gradients from those statistics (the conv output never
+  // stored). input_sums: x's sums per (sample, input channel) over each tap's positions, then
+  // its total, float64 (N, C_in, kD * kH * kW + 1) for float32 input (else empty), which the
+  // backward centres x with; None there sums x again.
+  def("_conv3d_group_norm_mean_onepass_forward", kConv3dArgs,
+      "(Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "_conv3d_group_norm_mean_onepass_backward(Tensor grad_output, Tensor input, "
       "Tensor weight, Tensor? conv_bias, Tensor mean, Tensor rstd, Tensor channel_mean, "
-      "int[3] stride, int[3] padding, int[3] dilation, int groups, int num_groups, "
-      "Tensor? gn_weight, bool[5] output_mask) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+      "Tensor? input_sums, int[3] stride, int[3] padding, int[3] dilation, int groups, "
+      "int num_groups, Tensor? gn_weight, bool[5] output_mask) "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor)",
       tags);
 
   // Internal backwards: the gradients of the differentiable arguments, in order, each

@@ -177,13 +177,13 @@ Tensors5 _conv3d_group_norm_mean_backward(const Tensor& grad_output, const Tenso
                  has_conv_bias, output_mask);
 }
 
-Tensors4 _conv3d_group_norm_mean_onepass_forward(const Tensor& input, const Tensor& weight,
+Tensors5 _conv3d_group_norm_mean_onepass_forward(const Tensor& input, const Tensor& weight,
                                                  const OptTensor& conv_bias, IntArrayRef stride,
                                                  IntArrayRef padding, IntArrayRef dilation,
                                                  int64_t groups, int64_t num_groups,
                                                  const OptTensor& gn_weight,
                                                  const OptTensor& gn_bias, double eps) {
-  FUSED_OPS_CALL(Conv3dSignature<Tensors4>, "_conv3d_group_norm_mean_onepass_forward", input,
+  FUSED_OPS_CALL(Conv3dSignature<Tensors5>, "_conv3d_group_norm_mean_onepass_forward", input,
                  weight, conv_bias, stride, padding, dilation, groups, num_groups, gn_weight,
                  gn_bias, eps);
 }
@@ -191,14 +191,16 @@ Tensors4 _conv3d_group_norm_mean_onepass_forward(const Tensor& input, const Tens
 Tensors5 _conv3d_group_norm_mean_onepass_backward(
     const Tensor& grad_output, const Tensor& input, const Tensor& weight,
     const OptTensor& conv_bias, const Tensor& mean, const Tensor& rstd, const Tensor& channel_mean,
-    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups,
-    int64_t num_groups, const OptTensor& gn_weight, std::array<bool, 5> output_mask) {
-  FUSED_OPS_CALL(Tensors5(const Tensor&, const Tensor&, const Tensor&, const OptTensor&,
-                          const Tensor&, const Tensor&, const Tensor&, IntArrayRef, IntArrayRef,
-                          IntArrayRef, int64_t, int64_t, const OptTensor&, std::array<bool, 5>),
-                 "_conv3d_group_norm_mean_onepass_backward", grad_output, input, weight, conv_bias,
-                 mean, rstd, channel_mean, stride, padding, dilation, groups, num_groups, gn_weight,
-                 output_mask);
+    const OptTensor& input_sums, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+    int64_t groups, int64_t num_groups, const OptTensor& gn_weight,
+    std::array<bool, 5> output_mask) {
+  FUSED_OPS_CALL(
+      Tensors5(const Tensor&, const Tensor&, const Tensor&, const OptTensor&, const Tensor&,
+               const Tensor&, const Tensor&, const OptTensor&, IntArrayRef, IntArrayRef,
+               IntArrayRef, int64_t, int64_t, const OptTensor&, std::array<bool, 5>),
+      "_conv3d_group_norm_mean_onepass_backward", grad_output, input, weight, conv_bias, mean, rstd,
+      channel_mean, input_sums, stride, padding, dilation, groups, num_groups, gn_weight,
+      output_mask);
 }
 
 #undef FUSED_OPS_CALL

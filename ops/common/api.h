@@ -116,19 +116,23 @@ _conv3d_group_norm_mean_backward(const at::Tensor& grad_output, const at::Tensor
                                  bool has_conv_bias, std::array<bool, 5> output_mask);
 
 // The one-pass training path of conv3d_group_norm_mean (ops/conv/conv3d_group_norm_mean.h).
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> _conv3d_group_norm_mean_onepass_forward(
-    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
-    int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
-    const c10::optional<at::Tensor>& gn_bias, double eps);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+_conv3d_group_norm_mean_onepass_forward(const at::Tensor& input, const at::Tensor& weight,
+                                        const c10::optional<at::Tensor>& conv_bias,
+                                        at::IntArrayRef stride, at::IntArrayRef padding,
+                                        at::IntArrayRef dilation, int64_t groups,
+                                        int64_t num_groups,
+                                        const c10::optional<at::Tensor>& gn_weight,
+                                        const c10::optional<at::Tensor>& gn_bias, double eps);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 _conv3d_group_norm_mean_onepass_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     const c10::optional<at::Tensor>& conv_bias, const at::Tensor& mean, const at::Tensor& rstd,
-    const at::Tensor& channel_mean, at::IntArrayRef stride, at::IntArrayRef padding,
-    at::IntArrayRef dilation, int64_t groups, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, std::array<bool, 5> output_mask);
+    const at::Tensor& channel_mean, const c10::optional<at::Tensor>& input_sums,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+    int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+    std::array<bool, 5> output_mask);
 
 }  // namespace api
 }  // namespace fused_ops

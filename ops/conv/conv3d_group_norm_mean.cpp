@@ -62,17 +62,33 @@ std::string conv3d_onepass_products_kernel(const at::Tensor& input) {
 
 namespace {
 
-// The one-pass forward: (output, mean, rstd, channel_mean), the convolution's output never
-// written.
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> onepass_forward(
+// The training forward's x sums for the backward (conv_kernels.h, input_sums): float64 of shape
+// (N, C_in, kD * kH * kW + 1) for a float32 input; for other dtypes empty, shape (0,) (the
+// backward sums x itself).
+std::vector<c10::SymInt> input_sums_shape(const at::Tensor& input, const at::Tensor& weight) {
+  if (input.scalar_type() != at::kFloat) {
+    return {0};
+  }
+  return {input.sym_size(0), input.sym_size(1),
+          weight.sym_size(2) * weight.sym_size(3) * weight.sym_size(4) + 1};
+}
+
+at::Tensor empty_input_sums(const at::Tensor& input, const at::Tensor& weight) {
+  return at::empty_symint(input_sums_shape(input, weight), input.options().dtype(at::kDouble));
+}
+
+// The one-pass forward: (output, mean, rstd, channel_mean, input_sums), the convolution's output
+// never written; input_sums (empty_input_sums) only where `saves_input_sums`, else undefined.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> onepass_forward(
     const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
     const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
-    const OnePassCudaKernel& kernel, Conv3dGroupNormMeanParams params) {
+    const OnePassCudaKernel& kernel, Conv3dGroupNormMeanParams params, bool saves_input_sums) {
   const int64_t N = params.conv.N, C = params.conv.C_out, G = params.num_groups;
   at::Tensor out = at::empty({N}, input.options());
   at::Tensor mean = empty_stats(input, N, G);
   at::Tensor rstd = empty_stats(input, N, G);
   at::Tensor channel_mean = empty_stats(input, N, C);
+  at::Tensor input_sums = saves_input_sums ? empty_input_sums(input, weight) : at::Tensor();
   const at::Tensor x = input.contiguous();
   const at::Tensor w = weight.contiguous();
   const at::Tensor cb = contiguous_or_undefined(conv_bias);
@@ -87,8 +103,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> onepass_forward(
   params.mean = mean.mutable_data_ptr();
   params.rstd = rstd.mutable_data_ptr();
   params.channel_mean = channel_mean.mutable_data_ptr();
+  params.input_sums = input_sums.defined() && input_sums.numel() > 0
+                          ? static_cast<double*>(input_sums.mutable_data_ptr())
+                          : nullptr;
   run_cuda_kernel(kName, x, params, kernel.kernel);
-  return {out, mean, rstd, channel_mean};
+  return {out, mean, rstd, channel_mean, input_sums};
+}
+
+// Checks the backward's input_sums against the forward's (input_sums_shape) where given.
+void check_input_sums(const char* op, const c10::optional<at::Tensor>& input_sums,
+                      const at::Tensor& input, const at::Tensor& weight) {
+  if (!input_sums.has_value() || !input_sums->defined()) {
+    return;
+  }
+  const at::Tensor& t = *input_sums;
+  const std::vector<c10::SymInt> expected = input_sums_shape(input, weight);
+  TORCH_CHECK(t.sym_sizes() == c10::SymIntArrayRef(expected), op, ": expected input_sums of shape ",
+              c10::SymIntArrayRef(expected), " (the forward's for this input and weight), got ",
+              t.sym_sizes());
+  TORCH_CHECK(t.scalar_type() == at::kDouble, op, ": expected input_sums of dtype ", at::kDouble,
+              ", got ", t.scalar_type());
+  TORCH_CHECK(t.device() == input.device(), op, ": expected input_sums on device ", input.device(),
+              ", got ", t.device());
 }
 
 // The forward of a training step: the inference one's kernels, with exact channel means (the
@@ -241,8 +277,8 @@ at::Tensor conv3d_group_norm_mean(const at::Tensor& input, const at::Tensor& wei
   if (!input.is_meta() && has_concrete_sizes(input)) {
     const Conv3dGroupNormMeanParams onepass = onepass_params(input, weight, params, shapes, eps);
     if (const OnePassCudaKernel* kernel = onepass_kernel(input, onepass)) {
-      return std::get<0>(
-          onepass_forward(input, weight, conv_bias, gn_weight, gn_bias, *kernel, onepass));
+      return std::get<0>(onepass_forward(input, weight, conv_bias, gn_weight, gn_bias, *kernel,
+                                         onepass, /*saves_input_sums=*/false));
     }
   }
   if (const int64_t chunks = cpu_batch_chunks(input, shapes.conv_output); chunks > 1) {
@@ -271,11 +307,13 @@ bool conv3d_group_norm_mean_trains_onepass(const at::Tensor& input, const at::Te
   return trains_onepass(input, weight, onepass_params(input, weight, params, shapes, eps));
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv3d_group_norm_mean_onepass_forward(
-    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
-    int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
-    const c10::optional<at::Tensor>& gn_bias, double eps) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+conv3d_group_norm_mean_onepass_forward(const at::Tensor& input, const at::Tensor& weight,
+                                       const c10::optional<at::Tensor>& conv_bias,
+                                       at::IntArrayRef stride, at::IntArrayRef padding,
+                                       at::IntArrayRef dilation, int64_t groups, int64_t num_groups,
+                                       const c10::optional<at::Tensor>& gn_weight,
+                                       const c10::optional<at::Tensor>& gn_bias, double eps) {
   const Conv3dParams params = make_conv3d_params(kOnePassName, stride, padding,
                                                  /*output_padding=*/{}, dilation, groups,
                                                  /*transposed=*/false);
@@ -284,7 +322,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv3d_group_norm_mea
   if (input.is_meta()) {
     const c10::SymInt& N = shapes.group_norm.N;
     return {at::empty_symint({N}, input.options()), empty_stats(input, N, shapes.group_norm.G),
-            empty_stats(input, N, shapes.group_norm.G), empty_stats(input, N, shapes.group_norm.C)};
+            empty_stats(input, N, shapes.group_norm.G), empty_stats(input, N, shapes.group_norm.C),
+            empty_input_sums(input, weight)};
   }
   const Conv3dGroupNormMeanParams onepass =
       training_forward(onepass_params(input, weight, params, shapes, eps));
@@ -293,16 +332,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv3d_group_norm_mea
               "fused::_conv3d_group_norm_mean_path), got input of shape ",
               input.sizes(), " on ", input.device(), " and weight of shape ", weight.sizes());
   return onepass_forward(input, weight, conv_bias, gn_weight, gn_bias,
-                         *onepass_kernel(input, onepass), onepass);
+                         *onepass_kernel(input, onepass), onepass, /*saves_input_sums=*/true);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 conv3d_group_norm_mean_onepass_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     const c10::optional<at::Tensor>& conv_bias, const at::Tensor& mean, const at::Tensor& rstd,
-    const at::Tensor& channel_mean, at::IntArrayRef stride, at::IntArrayRef padding,
-    at::IntArrayRef dilation, int64_t groups, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, std::array<bool, 5> output_mask) {
+    const at::Tensor& channel_mean, const c10::optional<at::Tensor>& input_sums,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+    int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+    std::array<bool, 5> output_mask) {
   const Conv3dParams params = make_conv3d_params(kOnePassBackwardName, stride, padding,
                                                  /*output_padding=*/{}, dilation, groups,
                                                  /*transposed=*/false);
@@ -311,18 +351,20 @@ conv3d_group_norm_mean_onepass_backward(
                                  gn_weight, c10::nullopt, /*eps=*/0.0);
   check_group_norm_backward_args(kOnePassBackwardName, grad_output, {shapes.group_norm.N}, input,
                                  shapes.group_norm, mean, rstd, &channel_mean);
+  check_input_sums(kOnePassBackwardName, input_sums, input, weight);
   const bool has_conv_bias = conv_bias.has_value() && conv_bias->defined();
   const bool has_gn_weight = gn_weight.has_value() && gn_weight->defined();
-  const auto zeros_like_param = [&](bool wanted) {
-    return wanted ? at::zeros_symint({shapes.group_norm.C}, input.options()) : at::Tensor();
+  // (The kernels write every channel of the parameters' gradients.)
+  const auto empty_param = [&](bool wanted) {
+    return wanted ? at::empty_symint({shapes.group_norm.C}, input.options()) : at::Tensor();
   };
   at::Tensor grad_input =
       output_mask[0] ? at::empty_symint(input.sym_sizes(), input.options()) : at::Tensor();
   at::Tensor grad_weight =
       output_mask[1] ? at::empty_symint(weight.sym_sizes(), weight.options()) : at::Tensor();
-  at::Tensor grad_conv_bias = zeros_like_param(output_mask[2] && has_conv_bias);
-  at::Tensor grad_gn_weight = zeros_like_param(output_mask[3] && has_gn_weight);
-  at::Tensor grad_gn_bias = zeros_like_param(output_mask[4]);
+  at::Tensor grad_conv_bias = empty_param(output_mask[2] && has_conv_bias);
+  at::Tensor grad_gn_weight = empty_param(output_mask[3] && has_gn_weight);
+  at::Tensor grad_gn_bias = empty_param(output_mask[4]);
   if (input.is_meta()) {
     return {grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias};
   }
@@ -338,6 +380,7 @@ conv3d_group_norm_mean_onepass_backward(
   const at::Tensor cb = contiguous_or_undefined(conv_bias);
   const at::Tensor gw = contiguous_or_undefined(gn_weight);
   const at::Tensor m = mean.contiguous(), r = rstd.contiguous(), cm = channel_mean.contiguous();
+  const at::Tensor sums = contiguous_or_undefined(input_sums);
   p.grad_output = go.const_data_ptr();
   p.x = x.const_data_ptr();
   p.weight = w.const_data_ptr();
@@ -346,6 +389,7 @@ conv3d_group_norm_mean_onepass_backward(
   p.mean = m.const_data_ptr();
   p.rstd = r.const_data_ptr();
   p.channel_mean = cm.const_data_ptr();
+  p.input_sums = sums.defined() && sums.numel() > 0 ? sums.const_data_ptr<double>() : nullptr;
   p.dx = mutable_data_or_null(grad_input);  // (contiguous, as allocated above)
   p.dweight = mutable_data_or_null(grad_weight);
   p.dconv_bias = mutable_data_or_null(grad_conv_bias);

@@ -70,22 +70,27 @@ bool conv3d_group_norm_mean_trains_onepass(const at::Tensor& input, const at::Te
                                            const c10::optional<at::Tensor>& gn_weight,
                                            const c10::optional<at::Tensor>& gn_bias, double eps);
 
-// Returns (output, mean, rstd, channel_mean).
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv3d_group_norm_mean_onepass_forward(
-    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
-    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
-    int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
-    const c10::optional<at::Tensor>& gn_bias, double eps);
+// Returns (output, mean, rstd, channel_mean, input_sums): input_sums, x's sums for the backward
+// (conv_kernels.h), float64 (N, C_in, kD * kH * kW + 1) for a float32 input, else empty (0,).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+conv3d_group_norm_mean_onepass_forward(const at::Tensor& input, const at::Tensor& weight,
+                                       const c10::optional<at::Tensor>& conv_bias,
+                                       at::IntArrayRef stride, at::IntArrayRef padding,
+                                       at::IntArrayRef dilation, int64_t groups, int64_t num_groups,
+                                       const c10::optional<at::Tensor>& gn_weight,
+                                       const c10::optional<at::Tensor>& gn_bias, double eps);
 
 // Returns (grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias), each
-// undefined where output_mask is false or the parameter is absent.
+// undefined where output_mask is false or the parameter is absent. input_sums: the forward's, or
+// None (then x is summed again).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 conv3d_group_norm_mean_onepass_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     const c10::optional<at::Tensor>& conv_bias, const at::Tensor& mean, const at::Tensor& rstd,
-    const at::Tensor& channel_mean, at::IntArrayRef stride, at::IntArrayRef padding,
-    at::IntArrayRef dilation, int64_t groups, int64_t num_groups,
-    const c10::optional<at::Tensor>& gn_weight, std::array<bool, 5> output_mask);
+    const at::Tensor& channel_mean, const c10::optional<at::Tensor>& input_sums,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+    int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+    std::array<bool, 5> output_mask);
 
 // The public operator: the forward's output alone.
 at::Tensor conv3d_group_norm_mean(const at::Tensor& input, const at::Tensor& weight,

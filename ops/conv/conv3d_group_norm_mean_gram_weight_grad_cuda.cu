@@ -24,8 +24,9 @@
 //    order: along W the total minus the edge lanes outside the box, along D the pieces of the
 //    classes inside the box, along H all of them minus the edge pieces of the H-classes outside
 //    it; and R's mirror entry. gram_window_sums_kernel, a block per (item, input channel): Sc,
-//    the sums of xe over each tap's box. gram_item_grads_kernel, a block per item and 8 output
-//    channels: the item's share of the weight gradient (the identity), in double.
+//    the sums of xe over each tap's box (not run where the forward kept x's sums per tap, X:
+//    then Sc = X - S * mu). gram_item_grads_kernel, a block per item and 8 output channels: the
+//    item's share of the weight gradient (the identity), in double.
 // 3. gram_sample_sum_kernel: dweight = the items' shares summed over the samples.
 // (Each step's measurements: benchmarks/h100-2026-11-26-gram-weight-grad/notes.txt.)
 // No atomics: every sum has a fixed order; results are deterministic.
@@ -824,7 +825,9 @@ __global__ void __launch_bounds__(kWindowSumWarps* kWarpSize, 4)
 
 // blockIdx: x the launch's item, y a chunk of kGradChannels output channels. The item's share
 // of dweight (the identity of conv_kernels.h) per (output channel c, column j), in double, with
-// R, Sc and the chunk's weights in shared memory.
+// R, Sc and the chunk's weights in shared memory. Sc from gram_window_sums_kernel, or where the
+// forward kept x's sums (p.input_sums) X - S * mu, in double (X exact, where that kernel sums xe
+// in float per plane).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) gram_item_grads_kernel(const GramArgs a) {
   using acc_t = typename ScalarOps<T>::acc_t;
@@ -848,8 +851,15 @@ __global__ void __launch_bounds__(kThreads) gram_item_grads_kernel(const GramArg
   const double* Sc_item = a.window_sums + item * J;
   const acc_t* mu = static_cast<const acc_t*>(a.mu) + n * s.C_in + g * C;
   const T* weight = static_cast<const T*>(a.p.weight) + (g * c_out_g + c0) * J;
+  const double S = static_cast<double>(s.Do * s.Ho * s.Wo);
+  // X of column j = b * taps + k: the sums' index j + b (each channel's taps, then its total).
+  const double* X =
+      a.p.input_sums != nullptr ? a.p.input_sums + (n * s.C_in + g * C) * (taps + 1) : nullptr;
+  const auto window_sum = [&](int j) {
+    return X != nullptr ? X[j + j / taps] - S * static_cast<double>(mu[j / taps]) : Sc_item[j];
+  };
   block_copy(
-      J * J + J, [&](int e) { return e < J * J ? R_item[e] : Sc_item[e - J * J]; },
+      J * J + J, [&](int e) { return e < J * J ? R_item[e] : window_sum(e - J * J); },
       [&](int e, double v) { R[e] = v; });  // (R, then Sc)
   for (int j = threadIdx.x; j < J; j += kThreads) {
     mu_col[j] = static_cast<double>(mu[j / taps]);
@@ -877,13 +887,34 @@ __global__ void __launch_bounds__(kThreads) gram_item_grads_kernel(const GramArg
     }
   }
   __syncthreads();
-  const double S = static_cast<double>(s.Do * s.Ho * s.Wo);
+  // Per column j and 4 of the block's channels, a thread each: w[c] . R[:, j] for the 4
+  // channels together, one pass over i (each entry of R loaded once for 4 channels). (A thread
+  // per (c, j), loading R and w per product, was 0.027 ms a step at the Conv3d headline, H100,
+  // 2026-11-27, bound by those shared loads; a thread per j for all 8 channels, 0.032: 81
+  // threads a block, each a chain of 81 x 8 products.)
+  constexpr int kThreadChannels = 4;
   double* grads = a.item_grads + (item * c_out_g + c0) * J;
-  for (int e = threadIdx.x; e < channels * J; e += kThreads) {
-    const int c = e / J, j = e % J;
-    const double wr = interleaved_sum(J, [&](int i) { return w_s[c * J + i] * R[i * J + j]; });
-    const double alpha = static_cast<double>(coef[3 * c]);
-    grads[e] = alpha * (wr + mu_col[j] * w_sc[c]) + e_c[c] * (Sc[j] + S * mu_col[j]);
+  const int channel_groups = (channels + kThreadChannels - 1) / kThreadChannels;
+  for (int t = threadIdx.x; t < channel_groups * J; t += kThreads) {
+    const int first = t / J * kThreadChannels, j = t % J;
+    double wr[kThreadChannels] = {};
+    for (int i = 0; i < J; ++i) {
+      const double r = R[i * J + j];
+#pragma unroll
+      for (int u = 0; u < kThreadChannels; ++u) {
+        if (first + u < channels) {
+          wr[u] += w_s[(first + u) * J + i] * r;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kThreadChannels; ++u) {
+      const int c = first + u;
+      if (c < channels) {
+        const double alpha = static_cast<double>(coef[3 * c]);
+        grads[c * J + j] = alpha * (wr[u] + mu_col[j] * w_sc[c]) + e_c[c] * (Sc[j] + S * mu_col[j]);
+      }
+    }
   }
 }
 
@@ -1010,10 +1041,12 @@ cudaError_t gram_weight_grad_launch(const conv::Conv3dGroupNormMeanBackwardParam
   }
   const int64_t items = s.N * s.groups;
   const unsigned threads = static_cast<unsigned>(plan.warps * kWarpSize);
-  gram_window_sums_kernel<T>
-      <<<dim3(static_cast<unsigned>(items), static_cast<unsigned>(plan.c_in_g)),
-         kWindowSumWarps * kWarpSize, 0, stream>>>(args);
-  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+  if (p.input_sums == nullptr) {  // (else gram_item_grads_kernel takes Sc from the sums)
+    gram_window_sums_kernel<T>
+        <<<dim3(static_cast<unsigned>(items), static_cast<unsigned>(plan.c_in_g)),
+           kWindowSumWarps * kWarpSize, 0, stream>>>(args);
+    FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+  }
   for (int64_t item0 = 0; item0 < items; item0 += plan.items_per_launch) {
     const int64_t count = std::min(plan.items_per_launch, items - item0);
     args.item0 = item0;

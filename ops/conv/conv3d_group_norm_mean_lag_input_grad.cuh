@@ -30,7 +30,7 @@ size_t lag_input_grad_workspace_bytes(const conv::Conv3dGroupNormMeanBackwardPar
 
 // mu[n, ci]: x's mean per (sample, input channel), [N][C_in] in T's accumulation type (a block
 // per row, in a fixed order): what the lag input gradient and the Gram weight gradient centre
-// x by.
+// x by. (Where the forward kept x's sums, the backward takes mu from them instead.)
 template <typename T>
 cudaError_t launch_input_channel_means(const conv::Conv3dGroupNormMeanBackwardParams& p, void* mu,
                                        cudaStream_t stream);

@@ -5,7 +5,8 @@
 // 1. lag_mean_kernel (launch_input_channel_means; the backward's launcher runs it once for this
 //    and the Gram weight gradient): mu[n, ci], the input's mean per (sample, channel) (a block
 //    per row, in a fixed order), rounded to the accumulation type: the tables and the centred
-//    footprints use that one value.
+//    footprints use that one value. (Where the forward kept x's sums, the backward's
+//    coefficients kernel divides their totals instead.)
 // 2. lag_constants_kernel (once, a block per (sample, conv group) item): in double, E[a, k] and
 //    the constants of every pattern P of tap ranges, sum over k in V(P) of E[a, k].
 //    lag_products_kernel: in double, Q = sum_c alpha[c] w[c] w[c]^T ((C_in/groups * k^3)^2

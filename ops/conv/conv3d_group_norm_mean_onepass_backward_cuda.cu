@@ -13,7 +13,10 @@
 // GroupNorm affine gradients need the statistics only:
 //   dgn_bias[c] = sum_n g[n] / C,  dgn_weight[c] = sum_n g[n] / C * (m - mean[n, g]) * rstd.
 //
-// 1. backward_coefficients_kernel: (alpha, m0, gamma) per (n, c), in the accumulation type.
+// 1. backward_coefficients_kernel: (alpha, m0, gamma) per (n, c), in the accumulation type;
+//    x's means from the forward's sums where the lag and Gram kernels want them; and, in blocks
+//    of their own, the bias and GroupNorm affine gradients (a warp per channel: the statistics
+//    and gamma, recomputed in double, are all they need).
 // 2. onepass_backward_kernel: a persistent grid of 256-thread blocks walks the tiles (sample n,
 //    conv group g, box of BD x BH x BW input positions; conv_kernels.h: OnePassBackwardPlan)
 //    in a fixed assignment. Per tile, the block
@@ -38,7 +41,6 @@
 //        added, in a fixed order, into the block's own slice of double partials;
 //      * writes the box's input gradient (each input element belongs to one box).
 // 3. weight_grad_kernel: dweight = the blocks' partials summed in block order.
-// 4. param_grads_kernel: the bias and GroupNorm affine gradients, a warp per channel.
 // At stride 1 (within their families, BackwardRoutes) neither gradient needs the recomputation:
 // the input gradient comes from the lag tables (conv3d_group_norm_mean_lag_input_grad.cuh) and
 // the weight gradient from the per-sample Gram sums of the centred input
@@ -93,6 +95,9 @@ struct BackwardArgs {
   conv::OnePassBackwardPlan plan;
   void* coefficients;   // [N][C_out][3] of acc_t: alpha, m0, gamma
   double* dw_partials;  // [gridDim.x][C_out][K]
+  // [N][C_in] of acc_t: x's means, which the coefficients kernel writes from p.input_sums where
+  // the lag or Gram kernels centre x (else null: launch_input_channel_means sums x).
+  void* mu;
 };
 
 // One tile's geometry along one dim: the box's input positions [p0, p0 + n) and the region's
@@ -224,19 +229,21 @@ __device__ __forceinline__ void store_dy(acc_t* dy_s, int r, const acc_t (&v)[kC
 }
 
 // ---------------------------------------------------------------------------------------
-// 1. Coefficients: one thread per (n, c).
+// 1. Coefficients: one thread per (n, c); x's means from the forward's sums, one thread per
+// (n, input channel); and, in blocks of their own after those, the parameters' gradients, a
+// warp per channel (their own kernel, after every other, was 0.004 ms a step at the Conv3d
+// headline, H100, 2026-11-27, and a launch).
 
+struct ChannelCoefficients {
+  double alpha, m0, gamma;
+};
+
+// (alpha, m0, gamma) of (n, c), in double.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) backward_coefficients_kernel(const BackwardArgs a) {
-  using acc_t = typename ScalarOps<T>::acc_t;
-  using stat_t = acc_t;
+__device__ ChannelCoefficients channel_coefficients(const BackwardArgs& a, int64_t n, int64_t c) {
+  using stat_t = typename ScalarOps<T>::acc_t;
   const conv::Conv3dShape& s = a.p.conv;
   const int64_t C = s.C_out;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= s.N * C) {
-    return;
-  }
-  const int64_t n = i / C, c = i % C;
   const int64_t G = a.p.num_groups, Cg = C / G, g = c / Cg;
   const auto* mean = static_cast<const stat_t*>(a.p.mean);
   const auto* rstd = static_cast<const stat_t*>(a.p.rstd);
@@ -257,12 +264,82 @@ __global__ void __launch_bounds__(kThreads) backward_coefficients_kernel(const B
   const norm::BackwardCoefficients coef =
       norm::backward_coefficients(ds_w, db_w, mu, rs, static_cast<double>(Cg) * S);
   const double w = gn_weight != nullptr ? ScalarOps<T>::to_double(gn_weight[c]) : 1.0;
-  const double m = static_cast<double>(channel_mean[i]);
+  const double m = static_cast<double>(channel_mean[n * C + c]);
   const double bias = conv_bias != nullptr ? ScalarOps<T>::to_double(conv_bias[c]) : 0.0;
+  return {coef.c2, m - bias, coef.c2 * m + rs * w * dy + coef.c3};
+}
+
+// Channel c's bias and GroupNorm affine gradients (a warp: lanes take samples n = lane,
+// lane + 32, ... in order, then a butterfly).
+template <typename T>
+__device__ void channel_param_grads(const BackwardArgs& a, int64_t c) {
+  using stat_t = typename ScalarOps<T>::acc_t;
+  const conv::Conv3dShape& s = a.p.conv;
+  const int64_t C = s.C_out;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t G = a.p.num_groups, g = c / (C / G);
+  const auto* mean = static_cast<const stat_t*>(a.p.mean);
+  const auto* rstd = static_cast<const stat_t*>(a.p.rstd);
+  const auto* channel_mean = static_cast<const stat_t*>(a.p.channel_mean);
+  const double S = static_cast<double>(s.Do * s.Ho * s.Wo);
+  double d_gn_bias = 0.0, d_gn_weight = 0.0, d_conv_bias = 0.0;
+  for (int64_t n = lane; n < s.N; n += kWarpSize) {
+    const double go =
+        ScalarOps<T>::to_double(static_cast<const T*>(a.p.grad_output)[n]) / static_cast<double>(C);
+    d_gn_bias += go;
+    d_gn_weight +=
+        go * (static_cast<double>(channel_mean[n * C + c]) - static_cast<double>(mean[n * G + g])) *
+        static_cast<double>(rstd[n * G + g]);
+    if (a.p.dconv_bias != nullptr) {
+      d_conv_bias += S * channel_coefficients<T>(a, n, c).gamma;
+    }
+  }
+  d_gn_bias = warp_allreduce_sum(d_gn_bias);
+  d_gn_weight = warp_allreduce_sum(d_gn_weight);
+  d_conv_bias = warp_allreduce_sum(d_conv_bias);
+  if (lane != 0) {
+    return;
+  }
+  if (a.p.dgn_bias != nullptr) {
+    static_cast<T*>(a.p.dgn_bias)[c] = ScalarOps<T>::from_double(d_gn_bias);
+  }
+  if (a.p.dgn_weight != nullptr) {
+    static_cast<T*>(a.p.dgn_weight)[c] = ScalarOps<T>::from_double(d_gn_weight);
+  }
+  if (a.p.dconv_bias != nullptr) {
+    static_cast<T*>(a.p.dconv_bias)[c] = ScalarOps<T>::from_double(d_conv_bias);
+  }
+}
+
+// Blocks [0, coefficient_blocks): the coefficients (and mu); the rest: the parameters'
+// gradients, kWarpsPerBlock channels a block.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    backward_coefficients_kernel(const BackwardArgs a, int coefficient_blocks) {
+  using acc_t = typename ScalarOps<T>::acc_t;
+  const conv::Conv3dShape& s = a.p.conv;
+  if (static_cast<int>(blockIdx.x) >= coefficient_blocks) {
+    const int64_t c = (static_cast<int64_t>(blockIdx.x) - coefficient_blocks) * kWarpsPerBlock +
+                      threadIdx.x / kWarpSize;
+    if (c < s.C_out) {  // (whole warps)
+      channel_param_grads<T>(a, c);
+    }
+    return;
+  }
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (a.mu != nullptr && i < s.N * s.C_in) {  // (each row of the sums ends with x's total)
+    const int64_t row = s.kD * s.kH * s.kW + 1;
+    static_cast<acc_t*>(a.mu)[i] = static_cast<acc_t>(a.p.input_sums[i * row + row - 1] /
+                                                      static_cast<double>(s.D * s.H * s.W));
+  }
+  if (i >= s.N * s.C_out) {
+    return;
+  }
+  const ChannelCoefficients coef = channel_coefficients<T>(a, i / s.C_out, i % s.C_out);
   acc_t* out = static_cast<acc_t*>(a.coefficients) + 3 * i;
-  out[0] = static_cast<acc_t>(coef.c2);
-  out[1] = static_cast<acc_t>(m - bias);
-  out[2] = static_cast<acc_t>(coef.c2 * m + rs * w * dy + coef.c3);
+  out[0] = static_cast<acc_t>(coef.alpha);
+  out[1] = static_cast<acc_t>(coef.m0);
+  out[2] = static_cast<acc_t>(coef.gamma);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -643,50 +720,6 @@ __global__ void __launch_bounds__(kThreads) weight_grad_kernel(const BackwardArg
   static_cast<T*>(a.p.dweight)[i] = ScalarOps<T>::from_double(total);
 }
 
-// A warp per channel: lanes take samples n = lane, lane + 32, ... in order, then a butterfly.
-template <typename T>
-__global__ void __launch_bounds__(kThreads) param_grads_kernel(const BackwardArgs a) {
-  using acc_t = typename ScalarOps<T>::acc_t;
-  const conv::Conv3dShape& s = a.p.conv;
-  const int64_t C = s.C_out;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  if (c >= C) {
-    return;  // whole warps only
-  }
-  const int64_t G = a.p.num_groups, g = c / (C / G);
-  const auto* mean = static_cast<const acc_t*>(a.p.mean);
-  const auto* rstd = static_cast<const acc_t*>(a.p.rstd);
-  const auto* channel_mean = static_cast<const acc_t*>(a.p.channel_mean);
-  const auto* coefficients = static_cast<const acc_t*>(a.coefficients);
-  const double S = static_cast<double>(s.Do * s.Ho * s.Wo);
-  double d_gn_bias = 0.0, d_gn_weight = 0.0, d_conv_bias = 0.0;
-  for (int64_t n = lane; n < s.N; n += kWarpSize) {
-    const double go =
-        ScalarOps<T>::to_double(static_cast<const T*>(a.p.grad_output)[n]) / static_cast<double>(C);
-    d_gn_bias += go;
-    d_gn_weight +=
-        go * (static_cast<double>(channel_mean[n * C + c]) - static_cast<double>(mean[n * G + g])) *
-        static_cast<double>(rstd[n * G + g]);
-    d_conv_bias += S * static_cast<double>(coefficients[3 * (n * C + c) + 2]);
-  }
-  d_gn_bias = warp_allreduce_sum(d_gn_bias);
-  d_gn_weight = warp_allreduce_sum(d_gn_weight);
-  d_conv_bias = warp_allreduce_sum(d_conv_bias);
-  if (lane != 0) {
-    return;
-  }
-  if (a.p.dgn_bias != nullptr) {
-    static_cast<T*>(a.p.dgn_bias)[c] = ScalarOps<T>::from_double(d_gn_bias);
-  }
-  if (a.p.dgn_weight != nullptr) {
-    static_cast<T*>(a.p.dgn_weight)[c] = ScalarOps<T>::from_double(d_gn_weight);
-  }
-  if (a.p.dconv_bias != nullptr) {
-    static_cast<T*>(a.p.dconv_bias)[c] = ScalarOps<T>::from_double(d_conv_bias);
-  }
-}
-
 // ---------------------------------------------------------------------------------------
 // Host side.
 
@@ -811,13 +844,20 @@ struct OnePassBackwardFamily {
     const int grid = grid_for<T>(p, plan);
     const BackwardRoutes<T> routes(p);
     const Workspace<T> ws = carve<T>(routes, plan, grid, workspace);
-    const BackwardArgs args{routes.tile, plan, ws.coefficients, ws.dw_partials};
-    const int64_t NC = p.conv.N * p.conv.C_out;
-    if (!grid_fits(ceil_div(NC, kThreads))) {
+    const bool mu_from_sums = routes.centres_x() && p.input_sums != nullptr;
+    const BackwardArgs args{routes.tile, plan, ws.coefficients, ws.dw_partials,
+                            mu_from_sums ? ws.mu : nullptr};
+    const int64_t coefficient_blocks = ceil_div(
+        std::max(p.conv.N * p.conv.C_out, mu_from_sums ? p.conv.N * p.conv.C_in : 0), kThreads);
+    const bool param_grads =
+        p.dconv_bias != nullptr || p.dgn_weight != nullptr || p.dgn_bias != nullptr;
+    const int64_t blocks =
+        coefficient_blocks + (param_grads ? blocks_for_warp_items(p.conv.C_out) : 0);
+    if (!grid_fits(blocks)) {
       return cudaErrorInvalidConfiguration;
     }
-    backward_coefficients_kernel<T>
-        <<<static_cast<unsigned>(ceil_div(NC, kThreads)), kThreads, 0, stream>>>(args);
+    backward_coefficients_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        args, static_cast<int>(coefficient_blocks));
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     if (routes.tile_runs()) {
       const auto kernel = tile_kernel<T>(p, plan);
@@ -827,7 +867,7 @@ struct OnePassBackwardFamily {
       kernel<<<static_cast<unsigned>(grid), kThreads, plan.smem_bytes, stream>>>(args);
       FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     }
-    if (routes.centres_x()) {
+    if (routes.centres_x() && !mu_from_sums) {
       FUSED_OPS_RETURN_IF_CUDA_ERROR(launch_input_channel_means<T>(p, ws.mu, stream));
     }
     if (routes.lag.supported) {
@@ -844,12 +884,6 @@ struct OnePassBackwardFamily {
       const int64_t size = p.conv.C_out * plan.K;
       weight_grad_kernel<T>
           <<<static_cast<unsigned>(ceil_div(size, kThreads)), kThreads, 0, stream>>>(args, grid);
-      FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-    }
-    if (p.dconv_bias != nullptr || p.dgn_weight != nullptr || p.dgn_bias != nullptr) {
-      param_grads_kernel<T>
-          <<<static_cast<unsigned>(blocks_for_warp_items(p.conv.C_out)), kThreads, 0, stream>>>(
-              args);
       FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     }
     return cudaSuccess;

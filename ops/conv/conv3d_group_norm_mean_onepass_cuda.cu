@@ -39,13 +39,16 @@
 //            moments in double, in warp order;
 //      * writes one (mean, M2) pair per channel to the workspace slot of the tile.
 //    The chunk's weights stay in shared memory from one tile to the next of the same chunk.
-// 2. The training forward with the tensor-core kernel (exact_channel_means): the channel means
-//    exactly, in double, from x's sums per tap (exact_means_*_kernel, below), for the backward.
+// 2. The training forward with the tensor-core kernel (exact_channel_means), or wherever the
+//    caller keeps x's sums (input_sums, float32): x's sums per tap (exact_sums_kernel, below),
+//    from which the finalize takes the channel means exactly, in double, for the backward; those
+//    sums, and x's total per (sample, input channel), go to input_sums for the backward's
+//    centring of x.
 // 3. onepass_finalize_kernel: one block per sample combines, per channel (8 lanes each, 4
 //    channels a warp), its tiles' moments in a fixed order (counts from the box geometry): the mean
-//    from the count-weighted sum (or the exact one), then M2 about it; adds the conv bias to the
-//    mean, combines each GroupNorm group's channels, and writes mean, rstd, the channel means and
-//    out[n].
+//    from the count-weighted sum (or the exact one from x's sums), then M2 about it; adds the conv
+//    bias to the mean, combines each GroupNorm group's channels, and writes mean, rstd, the channel
+//    means and out[n].
 //
 // Every sum has a fixed order that depends on the shape only: results are deterministic.
 #include "common/cuda/cuda_kernel.cuh"
@@ -56,6 +59,7 @@
 #include "conv/conv_kernels.h"
 #include "norm/group_norm_math.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace fused_ops {
@@ -80,9 +84,9 @@ struct KernelArgs {
   conv::OnePassPlan plan;
   double2* partials;  // [tiles][cb]: (mean, M2) of the tile's valid positions per channel
   bool full_rows;     // the footprints are whole input rows (conv_input_box.cuh)
-  // [N][C_out]: the channels' exact means (conv bias excluded), where the finalize takes them
-  // instead of the tiles' (null: the tiles').
-  const double* exact_means;
+  // [N * C_in][taps + 1]: x's sums (exact_sums_kernel), from which the finalize takes the
+  // channels' exact means (conv bias excluded) instead of the tiles' (null: the tiles').
+  const double* exact_sums;
 };
 
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -923,6 +927,295 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
 }
 
 // ---------------------------------------------------------------------------------------
+// Exact channel means (the training forward with the tensor-core kernel). The mean of channel
+// c's convolution output (bias excluded) is linear in x:
+//   m0[n, c] = 1/S * sum over b, taps k of w[c, b, k] * X[n, b, k],
+//   X[n, b, k] = sum over outputs s of x[n, b, s * stride - padding + k * dilation]
+// (0 outside the input), and X is separable: per dim, the input positions tap k reaches. In
+// double, in a fixed order: exact_sums_kernel reads x once (a block per (n, b) and chunk of D)
+// and sums it per tap and in all (x's total per (n, b), for input_sums), then the products with
+// the weights (a warp per (n, c)). The backward's dy = alpha * (y0 - m0) + gamma sums over every
+// output position, so a channel mean of other rounding than y0's leaves an error that grows with S
+// (the tensor-core moments' mean gave the weight gradient 2.6x eager's error); these do not.
+
+// The input positions tap k reads along a dim (one per output): first, first + stride, ...
+// up to last (none where first > last).
+struct TapPositions {
+  int64_t first, last, stride;
+};
+__device__ __forceinline__ TapPositions tap_positions(int64_t k, int64_t in, int64_t out,
+                                                      int64_t stride, int64_t padding,
+                                                      int64_t dilation) {
+  int64_t first = k * dilation - padding;  // output 0's
+  const int64_t last = min64(in - 1, (out - 1) * stride + first);
+  if (first < 0) {  // the first output whose input lies inside
+    first += (-first + stride - 1) / stride * stride;
+  }
+  return {first, last, stride};
+}
+
+// A dim's input positions of a tap in 32 bits (the plan keeps sizes below 2^31): first, first +
+// stride, ... up to last (none where first > last).
+struct Span {
+  int first, last, stride;
+};
+__device__ __forceinline__ Span span_of(TapPositions t) {
+  return {static_cast<int>(t.first), static_cast<int>(t.last), static_cast<int>(t.stride)};
+}
+__device__ __forceinline__ bool span_contains(Span t, int i) {
+  return i >= t.first && i <= t.last && (t.stride == 1 || (i - t.first) % t.stride == 0);
+}
+// Of `count` (<= 32) positions from i0, those in t: bit u for i0 + u.
+__device__ __forceinline__ unsigned span_mask(Span t, int i0, int count) {
+  const int first = t.first - i0, last = t.last - i0;
+  if (t.stride == 1) {  // (the shifts in 64 bits: count may be 32)
+    const int lo = min(max(first, 0), count), hi = min(max(last + 1, 0), count);
+    return static_cast<unsigned>(((uint64_t{1} << hi) - 1u) & ~((uint64_t{1} << lo) - 1u));
+  }
+  unsigned mask = 0u;
+  for (int u = max(first, 0); u <= min(last, count - 1); ++u) {
+    mask |= (u - first) % t.stride == 0 ? 1u << u : 0u;
+  }
+  return mask;
+}
+
+// exact_sums_kernel's shape: warps per block, rows a lane loads at once (its loads in flight),
+// and taps per dim (D and H) a pass keeps sums for.
+constexpr int kSumWarps = kWarpsPerBlock;
+constexpr int kSumRows = 16;
+constexpr int kSumGroup = 3;
+constexpr int kSumPairs = kSumGroup * kSumGroup;
+
+// Whether each H tap's rows of a full batch of kSumRows are none or one run [lo, hi) that starts
+// within the first kSumEdge rows and ends within the last kSumEdge (the usual stride-1 taps of a
+// batch inside the input): exact_sums_kernel then takes each tap's sum as the difference of two
+// values of the rows' running sum, where it otherwise adds every row into every tap's sum it
+// belongs to (a select and an add per row and tap: the kernel's instructions, 0.019 ms at the
+// Conv3d headline, H100, 2026-11-27).
+constexpr int kSumEdge = 3;
+__device__ __forceinline__ bool edge_runs(const unsigned (&masks)[kSumGroup]) {
+  bool runs = true;
+#pragma unroll
+  for (int j = 0; j < kSumGroup; ++j) {
+    const int lo = max(__ffs(static_cast<int>(masks[j])) - 1, 0);  // (0 for no rows)
+    const int hi = kWarpSize - __clz(static_cast<int>(masks[j]));
+    const unsigned run =
+        static_cast<unsigned>(((uint64_t{1} << hi) - 1u) & ~((uint64_t{1} << lo) - 1u));
+    runs = runs &&
+           (masks[j] == 0u || (masks[j] == run && lo <= kSumEdge && hi >= kSumRows - kSumEdge));
+  }
+  return runs;
+}
+
+// out[(nb * d_chunks + chunk) * (taps + 1) + k]: block (nb = n * C_in + b, chunk)'s sums over
+// its planes [D * chunk / d_chunks, D * (chunk + 1) / d_chunks) of x[n, b]: X's for tap k <
+// taps, x's own at k = taps. A lane per input column (32 columns a pass), each warp every
+// kSumWarps-th unit of a plane's kSumRows rows: the unit's values (their loads in flight
+// together) in double into its sums of the rows of each H tap and of all rows, those into the
+// warp's sums per (D tap, H tap) pair where the plane is in the D tap, and of all; at the pass's
+// end the warps' sums per lane (in warp order), then per W tap the lanes' (in column order),
+// added into the block's sums in shared memory, pass after pass. A pass keeps kSumGroup x
+// kSumGroup (D, H) tap pairs: one pass over x for kernels up to 3 x 3 along D and H with rows
+// up to 32, more passes for more taps or longer rows. (The first version, a lane per row
+// summing its W taps, then the sums along H and D from those rows in global memory: 0.046 ms at
+// the Conv3d headline, H100, 2026-11-27.)
+__global__ void __launch_bounds__(kThreads, 3)
+    exact_sums_kernel(const KernelArgs a, int d_chunks, double* out) {
+  const conv::Conv3dShape& s = a.p.conv;
+  __shared__ double warp_sums[kSumWarps][kSumPairs + 1][kWarpSize];  // (+ 1: all of x)
+  __shared__ double lane_sums[kSumPairs + 1][kWarpSize];
+  __shared__ Span pass_spans[2][kSumGroup];  // the pass's D taps, then its H taps
+  extern __shared__ double block_sums[];     // [taps + 1]
+  const int kD = static_cast<int>(s.kD), kH = static_cast<int>(s.kH), kW = static_cast<int>(s.kW);
+  const int H = static_cast<int>(s.H), W = static_cast<int>(s.W), taps = kD * kH * kW;
+  const int nb = static_cast<int>(blockIdx.x) / d_chunks;
+  const int chunk = static_cast<int>(blockIdx.x) % d_chunks;
+  const int d_begin = static_cast<int>(s.D * chunk / d_chunks);
+  const int d_end = static_cast<int>(s.D * (chunk + 1) / d_chunks);
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  for (int k = static_cast<int>(threadIdx.x); k <= taps; k += kThreads) {
+    block_sums[k] = 0.0;
+  }
+  const int batches = (H + kSumRows - 1) / kSumRows;
+  const int units = (d_end - d_begin) * batches;
+  const float* x = static_cast<const float*>(a.p.x) + static_cast<int64_t>(nb) * s.D * H * W;
+  for (int w0 = 0; w0 < W; w0 += kWarpSize) {
+    const int w = w0 + lane, columns = min(kWarpSize, W - w0);
+    for (int td0 = 0; td0 < kD; td0 += kSumGroup) {
+      for (int th0 = 0; th0 < kH; th0 += kSumGroup) {
+        if (threadIdx.x < kSumGroup) {  // (taps past the kernel's: empty spans)
+          const int t = td0 + static_cast<int>(threadIdx.x);
+          pass_spans[0][threadIdx.x] =
+              t < kD
+                  ? span_of(tap_positions(t, s.D, s.Do, s.stride[0], s.padding[0], s.dilation[0]))
+                  : Span{1, 0, 1};
+        } else if (threadIdx.x < 2 * kSumGroup) {
+          const int t = th0 + static_cast<int>(threadIdx.x) - kSumGroup;
+          pass_spans[1][threadIdx.x - kSumGroup] =
+              t < kH
+                  ? span_of(tap_positions(t, s.H, s.Ho, s.stride[1], s.padding[1], s.dilation[1]))
+                  : Span{1, 0, 1};
+        }
+        __syncthreads();
+        double sums[kSumGroup][kSumGroup] = {};
+        double all = 0.0;
+        for (int unit = warp; unit < units; unit += kSumWarps) {
+          const int d = d_begin + unit / batches, h0 = unit % batches * kSumRows;
+          const int count = min(kSumRows, H - h0);
+          const float* row = x + (static_cast<int64_t>(d) * H + h0) * W + min(w, W - 1);
+          float v[kSumRows];
+#pragma unroll
+          for (int u = 0; u < kSumRows; ++u) {
+            v[u] = u < count && w < W ? __ldg(row + u * W) : 0.0f;
+          }
+          unsigned masks[kSumGroup];
+#pragma unroll
+          for (int j = 0; j < kSumGroup; ++j) {
+            masks[j] = span_mask(pass_spans[1][j], h0, count);
+          }
+          double rows[kSumGroup] = {}, all_rows = 0.0;  // in row order
+          if (count == kSumRows && edge_runs(masks)) {
+            // The running sum after the first 1, 2, 3 rows and after the first 13, 14, 15 (and
+            // all 16): each tap's sum is the difference of two of them.
+            static_assert(kSumEdge == 3 && kSumRows == 16, "the running sums kept below");
+            double after[2 * kSumEdge];
+#pragma unroll
+            for (int u = 0; u < kSumRows; ++u) {
+              all_rows += static_cast<double>(v[u]);
+              if (u < kSumEdge) {
+                after[u] = all_rows;
+              } else if (u >= kSumRows - kSumEdge - 1 && u < kSumRows - 1) {
+                after[u - (kSumRows - 2 * kSumEdge - 1)] = all_rows;
+              }
+            }
+#pragma unroll
+            for (int j = 0; j < kSumGroup; ++j) {
+              const int lo = __ffs(static_cast<int>(masks[j])) - 1;  // the run [lo, hi)
+              const int hi = kWarpSize - __clz(static_cast<int>(masks[j]));
+              const double first = lo == 0   ? 0.0
+                                   : lo == 1 ? after[0]
+                                   : lo == 2 ? after[1]
+                                             : after[2];
+              const double last = hi == 16   ? all_rows
+                                  : hi == 15 ? after[5]
+                                  : hi == 14 ? after[4]
+                                             : after[3];
+              rows[j] = masks[j] != 0u ? last - first : 0.0;
+            }
+          } else {
+#pragma unroll
+            for (int u = 0; u < kSumRows; ++u) {
+              const double value = static_cast<double>(v[u]);  // (converted once for every tap)
+              all_rows += value;
+#pragma unroll
+              for (int j = 0; j < kSumGroup; ++j) {
+                rows[j] += (masks[j] >> u) & 1u ? value : 0.0;
+              }
+            }
+          }
+          all += all_rows;
+#pragma unroll
+          for (int i = 0; i < kSumGroup; ++i) {
+            const bool in_tap = span_contains(pass_spans[0][i], d);
+#pragma unroll
+            for (int j = 0; j < kSumGroup; ++j) {
+              sums[i][j] += in_tap ? rows[j] : 0.0;
+            }
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kSumGroup; ++i) {
+#pragma unroll
+          for (int j = 0; j < kSumGroup; ++j) {
+            warp_sums[warp][i * kSumGroup + j][lane] = sums[i][j];
+          }
+        }
+        warp_sums[warp][kSumPairs][lane] = all;
+        __syncthreads();
+        for (int e = static_cast<int>(threadIdx.x); e < (kSumPairs + 1) * kWarpSize;
+             e += kThreads) {
+          double total = 0.0;
+          for (int v = 0; v < kSumWarps; ++v) {
+            total += warp_sums[v][e / kWarpSize][e % kWarpSize];
+          }
+          lane_sums[e / kWarpSize][e % kWarpSize] = total;
+        }
+        __syncthreads();
+        // Per (pair, W tap) its columns' sums in column order; x's total once per column chunk
+        // (the first pass's: every pass sums all of x).
+        const bool totals = td0 == 0 && th0 == 0;
+        for (int e = static_cast<int>(threadIdx.x); e < kSumPairs * kW + (totals ? 1 : 0);
+             e += kThreads) {
+          const int pair = e < kSumPairs * kW ? e / kW : kSumPairs;
+          const int td = td0 + pair / kSumGroup, th = th0 + pair % kSumGroup, tw = e % kW;
+          if (pair < kSumPairs && (td >= kD || th >= kH)) {
+            continue;
+          }
+          const unsigned mask = pair < kSumPairs
+                                    ? span_mask(span_of(tap_positions(tw, s.W, s.Wo, s.stride[2],
+                                                                      s.padding[2], s.dilation[2])),
+                                                w0, columns)
+                                    : static_cast<unsigned>((uint64_t{1} << columns) - 1u);
+          double total = 0.0;
+          for (int l = 0; l < kWarpSize; ++l) {
+            total += (mask >> l) & 1u ? lane_sums[pair][l] : 0.0;
+          }
+          block_sums[pair < kSumPairs ? (td * kH + th) * kW + tw : taps] += total;
+        }
+        __syncthreads();  // (the pass's shared sums free for the next)
+      }
+    }
+  }
+  double* dst = out + (static_cast<int64_t>(nb) * d_chunks + chunk) * (taps + 1);
+  for (int k = static_cast<int>(threadIdx.x); k <= taps; k += kThreads) {
+    dst[k] = block_sums[k];
+  }
+}
+
+// sums[nb * (taps + 1) + k]: the D chunks' partial sums (exact_sums_kernel), in chunk order.
+__global__ void __launch_bounds__(kThreads)
+    exact_sums_chunks_kernel(const KernelArgs a, int d_chunks, const double* partials,
+                             double* sums) {
+  const conv::Conv3dShape& s = a.p.conv;
+  const int64_t row = s.kD * s.kH * s.kW + 1;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < s.N * s.C_in * row) {
+    const double* part = partials + i / row * d_chunks * row + i % row;
+    double total = 0.0;
+    for (int c = 0; c < d_chunks; ++c) {
+      total += part[c * row];
+    }
+    sums[i] = total;
+  }
+}
+
+// means[c] = m0[n, c] for every channel of sample n (the finalize's block): a warp per channel,
+// its lanes over the weight's row, then a butterfly. (Its own kernel, a warp per (n, c): 0.003
+// ms at the Conv3d headline, H100, 2026-11-26, and a launch.)
+__device__ __forceinline__ void exact_channel_means(const KernelArgs& a, int64_t n, double* means) {
+  const conv::Conv3dShape& s = a.p.conv;
+  const int64_t K = a.plan.K;  // c_in_g * taps, the weight's row
+  const int64_t taps = K / a.plan.c_in_g;
+  const int lane = threadIdx.x % kWarpSize;
+  for (int64_t c = threadIdx.x / kWarpSize; c < s.C_out; c += kWarpsPerBlock) {
+    const int64_t g = c / a.plan.c_out_g;
+    const float* w = static_cast<const float*>(a.p.weight) + c * K;
+    // X[n, g * c_in_g + b, k] for weight column j = b * taps + k: the sums' index j + b (each
+    // channel's taps followed by its total).
+    const double* X = a.exact_sums + (n * s.C_in + g * a.plan.c_in_g) * (taps + 1);
+    double sum = 0.0;
+    for (int64_t j = lane; j < K; j += kWarpSize) {
+      sum += static_cast<double>(__ldg(w + j)) * X[j + j / taps];
+    }
+    sum = warp_allreduce_sum(sum);
+    if (lane == 0) {
+      means[c] = sum / static_cast<double>(s.Do * s.Ho * s.Wo);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // Finalize: per sample, the tiles' moments into the statistics and out[n].
 
 template <typename T>
@@ -932,9 +1225,16 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
   const conv::OnePassPlan& plan = a.plan;
   const int64_t cb = plan.cb;
   extern __shared__ __align__(16) unsigned char smem[];
-  auto* channel_moments = reinterpret_cast<norm::Moments*>(smem);        // [C_out]
-  auto* reduce = reinterpret_cast<double2*>(channel_moments + s.C_out);  // [kWarpsPerBlock]
+  auto* channel_moments = reinterpret_cast<norm::Moments*>(smem);            // [C_out]
+  auto* reduce = reinterpret_cast<double2*>(channel_moments + s.C_out);      // [kWarpsPerBlock]
+  double* exact_means = reinterpret_cast<double*>(reduce + kWarpsPerBlock);  // [C_out]
   const int64_t n = blockIdx.x;
+  if constexpr (std::is_same_v<T, float>) {  // (x's sums: float32 only)
+    if (a.exact_sums != nullptr) {
+      exact_channel_means(a, n, exact_means);
+      __syncthreads();
+    }
+  }
   const T* conv_bias = static_cast<const T*>(a.p.conv_bias);
   const T* gn_weight = static_cast<const T*>(a.p.gn_weight);
   const T* gn_bias = static_cast<const T*>(a.p.gn_bias);
@@ -969,8 +1269,7 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
     count = subwarp_allreduce_sum(count, kLanesPerChannel);
     // (M2 about any centre is the boxes' M2 plus count * (box mean - centre)^2: exact means
     // leave it M2 about the channel's mean.)
-    const double mean =
-        a.exact_means != nullptr && active ? a.exact_means[n * s.C_out + c] : sum / count;
+    const double mean = a.exact_sums != nullptr && active ? exact_means[c] : sum / count;
     double m2 = 0.0;
     for (int64_t box = box0; active && box < plan.boxes; box += kLanesPerChannel) {
       const double2 part = parts[box * cb];
@@ -1008,225 +1307,58 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
   }
 }
 
-// ---------------------------------------------------------------------------------------
-// Exact channel means (the training forward with the tensor-core kernel). The mean of channel
-// c's convolution output (bias excluded) is linear in x:
-//   m0[n, c] = 1/S * sum over b, taps k of w[c, b, k] * X[n, b, k],
-//   X[n, b, k] = sum over outputs s of x[n, b, s * stride - padding + k * dilation]
-// (0 outside the input), and X is separable: per dim, the input positions tap k reaches. In
-// double, in a fixed order: rows along W (a lane per row up to 32 values, longer rows shared by
-// lanes, then a butterfly per W tap), then along H and D (a thread per sum), then the products with
-// the weights (a thread per (n, c)). The backward's dy = alpha * (y0 - m0) + gamma sums over every
-// output position, so a channel mean of other rounding than y0's leaves an error that grows with S
-// (the tensor-core moments' mean gave the weight gradient 2.6x eager's error); these do not.
-
-// The input positions tap k reads along a dim (one per output): first, first + stride, ...
-// up to last (none where first > last).
-struct TapPositions {
-  int64_t first, last, stride;
-};
-__device__ __forceinline__ TapPositions tap_positions(int64_t k, int64_t in, int64_t out,
-                                                      int64_t stride, int64_t padding,
-                                                      int64_t dilation) {
-  int64_t first = k * dilation - padding;  // output 0's
-  const int64_t last = min64(in - 1, (out - 1) * stride + first);
-  if (first < 0) {  // the first output whose input lies inside
-    first += (-first + stride - 1) / stride * stride;
-  }
-  return {first, last, stride};
-}
-
-// The lanes that share an input row in exact_means_rows_kernel: the fewest (a power of two)
-// that leave each lane at most kExactRowValues of the row's values, so a lane per row up to
-// W = 32 (rows longer than 32 x 32 loop). With 8 lanes of 4 values each (the first version) the
-// kernel issued ~150 instructions per row of 32 (0.052 ms at the Conv3d headline, H100,
-// 2026-11-26): the tap tests and the butterflies per row, where a lane per row pays the tests
-// once per 32 rows and needs no butterfly.
-constexpr int kExactRowValues = 32;
-inline int exact_means_row_lanes(int64_t W) {
-  int lanes = 1;
-  while (lanes < kWarpSize && lanes * kExactRowValues < W) {
-    lanes *= 2;
-  }
-  return lanes;
-}
-
-// rows[(n * C_in + b) * D * H + row][kw]: each input row's sum over the positions W tap kw
-// reads; `lanes` lanes per row (32 / lanes rows a warp), each loading kExactRowValues values
-// (by 16-byte loads where a lane holds a whole 16-byte-aligned row; once for every tap where the
-// row is one chunk, W <= 32 x 32) and summing them in a fixed order, then a butterfly per tap.
-__global__ void __launch_bounds__(kThreads)
-    exact_means_rows_kernel(const KernelArgs a, int lanes, double* rows) {
-  const conv::Conv3dShape& s = a.p.conv;
-  const int lane = threadIdx.x % kWarpSize, sub = lane % lanes;
-  const int64_t row =
-      (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize) *
-          (kWarpSize / lanes) +
-      lane / lanes;
-  const bool valid = row < s.N * s.C_in * s.D * s.H;  // (every lane takes part in the butterflies)
-  const int W = static_cast<int>(s.W);
-  const float* x = static_cast<const float*>(a.p.x) + (valid ? row : 0) * s.W;
-  const bool vectors = lanes == 1 && W % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  float v[kExactRowValues];  // the lane's values w0 + sub + j * lanes of chunk w0 (0 past the row)
-  int loaded = -1;           // w0 of the chunk in v: rows of at most lanes x 32 load once
-  for (int64_t kw = 0; kw < s.kW; ++kw) {
-    const TapPositions tw = tap_positions(kw, s.W, s.Wo, s.stride[2], s.padding[2], s.dilation[2]);
-    const int first = static_cast<int>(tw.first), last = static_cast<int>(tw.last);
-    const int stride = static_cast<int>(tw.stride);
-    // Four interleaved sums (value j to sum j % 4), added in a fixed order at the end: a
-    // quarter of one chain's dependent double adds.
-    double sums[4] = {0.0, 0.0, 0.0, 0.0};
-    for (int w0 = 0; valid && w0 < W; w0 += lanes * kExactRowValues) {
-      if (w0 != loaded) {
-        loaded = w0;
-        if (vectors) {
-#pragma unroll
-          for (int q = 0; q < kExactRowValues / 4; ++q) {
-            const float4 t = w0 + 4 * q < W ? __ldg(reinterpret_cast<const float4*>(x + w0) + q)
-                                            : make_float4(0.f, 0.f, 0.f, 0.f);
-            v[4 * q] = t.x, v[4 * q + 1] = t.y, v[4 * q + 2] = t.z, v[4 * q + 3] = t.w;
-          }
-        } else {
-#pragma unroll
-          for (int j = 0; j < kExactRowValues; ++j) {
-            const int w = w0 + sub + j * lanes;
-            v[j] = w < W ? __ldg(x + w) : 0.f;
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kExactRowValues; ++j) {
-        const int w = w0 + sub + j * lanes;
-        if (w >= first && w <= last && (stride == 1 || (w - first) % stride == 0)) {
-          sums[j % 4] += static_cast<double>(v[j]);
-        }
-      }
-    }
-    double sum = (sums[0] + sums[1]) + (sums[2] + sums[3]);
-    sum = subwarp_allreduce_sum(sum, lanes);
-    if (valid && sub == 0) {
-      rows[row * s.kW + kw] = sum;
-    }
-  }
-}
-
-// The sum of src[p * pitch] over the positions p of `t`, in four interleaved sums (position j
-// to sum j % 4, added pairwise at the end): their loads in flight together (exact_means_taps_
-// kernel 0.010 -> 0.007 ms at the Conv3d headline, H100, 2026-11-26, where one chain of
-// dependent loads and adds was 30 long).
-__device__ __forceinline__ double strided_sum(const double* src, TapPositions t, int64_t pitch) {
-  double sums[4] = {0.0, 0.0, 0.0, 0.0};
-  int64_t p = t.first;
-  for (; p + 3 * t.stride <= t.last; p += 4 * t.stride) {
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      sums[u] += src[(p + u * t.stride) * pitch];
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < 3; ++u) {  // (at most 3 left)
-    if (p + u * t.stride <= t.last) {
-      sums[u] += src[(p + u * t.stride) * pitch];
-    }
-  }
-  return (sums[0] + sums[1]) + (sums[2] + sums[3]);
-}
-
-// taps[(n * C_in + b) * kD * kH * kW + k]: X[n, b, k] from the rows, a block per (n, b): the
-// sums along H per (d, kh, kw) (to planes), then along D per tap.
-__global__ void __launch_bounds__(kThreads)
-    exact_means_taps_kernel(const KernelArgs a, const double* rows, double* planes, double* taps) {
-  const conv::Conv3dShape& s = a.p.conv;
-  const int64_t nb = blockIdx.x;
-  const int64_t hw_taps = s.kH * s.kW;
-  const double* in = rows + nb * s.D * s.H * s.kW;
-  double* plane = planes + nb * s.D * hw_taps;
-  for (int64_t i = threadIdx.x; i < s.D * hw_taps; i += kThreads) {
-    const int64_t d = i / hw_taps, kh = i % hw_taps / s.kW, kw = i % s.kW;
-    const TapPositions th = tap_positions(kh, s.H, s.Ho, s.stride[1], s.padding[1], s.dilation[1]);
-    plane[i] = strided_sum(in + d * s.H * s.kW + kw, th, s.kW);
-  }
-  __syncthreads();  // (the block's own global writes are visible to it after the barrier)
-  for (int64_t i = threadIdx.x; i < s.kD * hw_taps; i += kThreads) {
-    const TapPositions td =
-        tap_positions(i / hw_taps, s.D, s.Do, s.stride[0], s.padding[0], s.dilation[0]);
-    taps[nb * s.kD * hw_taps + i] = strided_sum(plane + i % hw_taps, td, hw_taps);
-  }
-}
-
-// means[n * C_out + c] = m0[n, c]: a warp per (n, c), its lanes over the weight's row, then a
-// butterfly (a thread per (n, c), whose K loads and products were one chain: 0.011 ms at the
-// Conv3d headline, H100, 2026-11-26).
-__global__ void __launch_bounds__(kThreads)
-    exact_means_kernel(const KernelArgs a, const double* taps, double* means) {
-  const conv::Conv3dShape& s = a.p.conv;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
-  if (i >= s.N * s.C_out) {
-    return;  // (a whole warp)
-  }
-  const int64_t n = i / s.C_out, c = i % s.C_out;
-  const int64_t K = a.plan.K;  // c_in_g * taps, the weight's row
-  const int64_t g = c / a.plan.c_out_g;
-  const float* w = static_cast<const float*>(a.p.weight) + c * K;
-  const double* X = taps + (n * s.C_in + g * a.plan.c_in_g) * (K / a.plan.c_in_g);
-  double sum = 0.0;
-  for (int64_t j = threadIdx.x % kWarpSize; j < K; j += kWarpSize) {
-    sum += static_cast<double>(__ldg(w + j)) * X[j];
-  }
-  sum = warp_allreduce_sum(sum);
-  if (threadIdx.x % kWarpSize == 0) {
-    means[i] = sum / static_cast<double>(s.Do * s.Ho * s.Wo);
-  }
-}
-
 struct ExactMeansWorkspace {
-  double* rows;
-  double* planes;
-  double* taps;
-  double* means;
+  int d_chunks;      // exact_sums_kernel's blocks per (n, b)
+  double* partials;  // [N * C_in][d_chunks][taps + 1] where d_chunks > 1
+  double* sums;      // p.input_sums where the caller keeps them, else the workspace's
   size_t bytes;
 };
 
-// After the moments' partials (plan.workspace_bytes).
+// After the moments' partials (plan.workspace_bytes). The sums' D chunks: one per (n, b) where
+// N * C_in gives the device two blocks per SM, else enough for that.
 ExactMeansWorkspace carve_exact_means(const conv::Conv3dGroupNormMeanParams& p,
                                       const conv::OnePassPlan& plan, void* base) {
   const conv::Conv3dShape& s = p.conv;
   WorkspaceCarver carver(base);
   carver.take<char>(static_cast<int64_t>(plan.workspace_bytes));
   ExactMeansWorkspace ws{};
-  const int64_t planes = s.N * s.C_in;
-  ws.rows = carver.take<double>(planes * s.D * s.H * s.kW);
-  ws.planes = carver.take<double>(planes * s.D * s.kH * s.kW);
-  ws.taps = carver.take<double>(planes * s.kD * s.kH * s.kW);
-  ws.means = carver.take<double>(s.N * s.C_out);
+  const int64_t planes = s.N * s.C_in, row = s.kD * s.kH * s.kW + 1;
+  const int64_t sms = std::max(current_device_info().multiprocessors, 1);
+  ws.d_chunks = static_cast<int>(std::clamp<int64_t>(ceil_div(2 * sms, planes), 1, s.D));
+  ws.partials = ws.d_chunks > 1 ? carver.take<double>(planes * ws.d_chunks * row) : nullptr;
+  ws.sums = carver.take<double>(planes * row);
+  if (p.input_sums != nullptr) {
+    ws.sums = p.input_sums;
+  }
   ws.bytes = carver.bytes();
   return ws;
 }
 
-// Whether the forward computes exact channel means: asked for, and the tensor-core kernel runs.
+// Whether the forward computes exact channel means: the caller keeps x's sums, or asked for
+// and the tensor-core kernel runs.
 bool wants_exact_means(const conv::Conv3dGroupNormMeanParams& p, const conv::OnePassPlan& plan) {
-  return p.exact_channel_means && plan.tensor_cores;
+  return p.input_sums != nullptr || (p.exact_channel_means && plan.tensor_cores);
 }
 
-cudaError_t launch_exact_means(const KernelArgs& args, const ExactMeansWorkspace& ws,
-                               cudaStream_t stream) {
+cudaError_t launch_exact_sums(const KernelArgs& args, const ExactMeansWorkspace& ws,
+                              cudaStream_t stream) {
   const conv::Conv3dShape& s = args.p.conv;
-  const int lanes = exact_means_row_lanes(s.W);
-  const int64_t row_blocks =
-      ceil_div(s.N * s.C_in * s.D * s.H, static_cast<int64_t>(kThreads / lanes));
-  if (!grid_fits(row_blocks) || !grid_fits(s.N * s.C_in) ||
-      !grid_fits(blocks_for_warp_items(s.N * s.C_out))) {
+  const int64_t row = s.kD * s.kH * s.kW + 1;
+  const int64_t sum_blocks = s.N * s.C_in * ws.d_chunks;
+  const int64_t chunk_blocks = ceil_div(s.N * s.C_in * row, static_cast<int64_t>(kThreads));
+  if (!grid_fits(sum_blocks) || !grid_fits(chunk_blocks)) {
     return cudaErrorInvalidConfiguration;
   }
-  exact_means_rows_kernel<<<static_cast<unsigned>(row_blocks), kThreads, 0, stream>>>(args, lanes,
-                                                                                      ws.rows);
+  const size_t block_sums_bytes = static_cast<size_t>(row) * sizeof(double);
+  exact_sums_kernel<<<static_cast<unsigned>(sum_blocks), kThreads, block_sums_bytes, stream>>>(
+      args, ws.d_chunks, ws.d_chunks > 1 ? ws.partials : ws.sums);
   FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-  exact_means_taps_kernel<<<static_cast<unsigned>(s.N * s.C_in), kThreads, 0, stream>>>(
-      args, ws.rows, ws.planes, ws.taps);
-  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-  exact_means_kernel<<<static_cast<unsigned>(blocks_for_warp_items(s.N * s.C_out)), kThreads, 0,
-                       stream>>>(args, ws.taps, ws.means);
-  return cudaGetLastError();
+  if (ws.d_chunks > 1) {
+    exact_sums_chunks_kernel<<<static_cast<unsigned>(chunk_blocks), kThreads, 0, stream>>>(
+        args, ws.d_chunks, ws.partials, ws.sums);
+    return cudaGetLastError();
+  }
+  return cudaSuccess;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1267,12 +1399,14 @@ cudaError_t launch_kernels(Kernel moments, const KernelArgs& args, cudaStream_t 
   moments<<<static_cast<unsigned>(min64(args.plan.tiles, resident)), kThreads, smem, stream>>>(
       args);
   FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-  if (args.exact_means != nullptr) {
+  if (args.exact_sums != nullptr) {
     const ExactMeansWorkspace ws = carve_exact_means(args.p, args.plan, args.partials);
-    FUSED_OPS_RETURN_IF_CUDA_ERROR(launch_exact_means(args, ws, stream));
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(launch_exact_sums(args, ws, stream));
   }
+  // The channels' moments, the block sum's scratch, the exact means.
   const size_t finalize_smem =
-      static_cast<size_t>(args.p.conv.C_out) * sizeof(norm::Moments) + kThreads * sizeof(double);
+      static_cast<size_t>(args.p.conv.C_out) * (sizeof(norm::Moments) + sizeof(double)) +
+      kWarpsPerBlock * sizeof(double2);
   FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(onepass_finalize_kernel<T>,
                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       static_cast<int>(finalize_smem)));
@@ -1304,8 +1438,9 @@ struct OnePassFamily {
     const KernelArgs args{
         p, plan, static_cast<double2*>(workspace),
         full_input_rows(p.conv, plan.FW, plan.boxes_w, p.x),
-        wants_exact_means(p, plan) ? carve_exact_means(p, plan, workspace).means : nullptr};
-    if (!args.plan.supported) {
+        wants_exact_means(p, plan) ? carve_exact_means(p, plan, workspace).sums : nullptr};
+    // (The exact means' kernels read float32: x's sums only for float32.)
+    if (!args.plan.supported || (p.input_sums != nullptr && !std::is_same_v<T, float>)) {
       return cudaErrorInvalidValue;
     }
     if constexpr (std::is_same_v<T, float>) {

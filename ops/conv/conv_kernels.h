@@ -47,6 +47,11 @@ struct Conv3dGroupNormMeanParams {
   void* mean;
   void* rstd;
   void* channel_mean;
+  // x's sums for the backward, [N][C_in][kD * kH * kW + 1] doubles, or null (float32 only; the
+  // channel means are then exact whichever kernel runs): per (sample, input channel) X[k], the
+  // sum of x over the positions tap k reads (one per output, 0 outside the input; the exact
+  // means' sums), then the sum of all of x.
+  double* input_sums;
 };
 
 // How the one-pass kernels (conv3d_group_norm_mean_onepass_cuda.cu) cut a problem: each block
@@ -159,8 +164,9 @@ extern const OnePassCudaKernel conv3d_group_norm_mean_onepass_cuda;
 // conv3d_group_norm_mean backward from the forward's statistics alone (the convolution's output
 // is recomputed, never stored): x, weight as in the forward; grad_output (N); mean, rstd
 // (N, num_groups) and channel_mean (N, C_out, conv bias included) as the forward saved them
-// (float; double for double). Gradients are written where their pointer is not null: dx like x,
-// dweight like weight, dconv_bias, dgn_weight, dgn_bias (C_out).
+// (float; double for double); input_sums as the forward saved them, or null (then the backward
+// sums x itself). Gradients are written where their pointer is not null: dx like x, dweight
+// like weight, dconv_bias, dgn_weight, dgn_bias (C_out).
 struct Conv3dGroupNormMeanBackwardParams {
   ScalarKind dtype;
   Conv3dShape conv;
@@ -173,6 +179,7 @@ struct Conv3dGroupNormMeanBackwardParams {
   const void* mean;
   const void* rstd;
   const void* channel_mean;
+  const double* input_sums;
   void* dx;
   void* dweight;
   void* dconv_bias;

@@ -7,7 +7,7 @@
 //   * WorkspaceCarver: one layout function both sizes and carves a workspace;
 //   * block_copy: a block's staging of values into shared memory, loads in flight together;
 //   * warp and block sums of doubles in a fixed order (deterministic: the result depends on
-//     the launch shape only, never on timing), and a thread's own sums interleaved four ways.
+//     the launch shape only, never on timing).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -114,30 +114,6 @@ __device__ __forceinline__ double subwarp_allreduce_sum(double v, int width) {
     v += __shfl_xor_sync(0xffffffffu, v, offset);
   }
   return v;
-}
-
-// The sum of term(i) for i < count in double, in a fixed order: four interleaved sums (term i
-// to sum i % 4), then (s0 + s1) + (s2 + s3). A quarter of one sum's chain of dependent adds
-// (and the loads of four terms in flight together): for a thread's own long sums where that
-// chain is the time (the Gram item grads' products with R; the exact channel means' products
-// went 0.015 -> 0.011 ms with it at the Conv3d headline, H100, 2026-11-26).
-template <typename Index, typename Term>
-__device__ __forceinline__ double interleaved_sum(Index count, const Term& term) {
-  double sums[4] = {0.0, 0.0, 0.0, 0.0};
-  Index i = 0;
-  for (; i + 4 <= count; i += 4) {
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      sums[u] += static_cast<double>(term(i + u));
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < 3; ++u) {
-    if (i + u < count) {
-      sums[u] += static_cast<double>(term(i + u));
-    }
-  }
-  return (sums[0] + sums[1]) + (sums[2] + sums[3]);
 }
 
 __device__ __forceinline__ double warp_allreduce_sum(double v) {
