@@ -8,7 +8,6 @@
 #include "norm/group_norm_mean.h"
 
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 
 namespace fused_ops {

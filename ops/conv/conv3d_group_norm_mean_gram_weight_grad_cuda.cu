@@ -852,11 +852,13 @@ __global__ void __launch_bounds__(kThreads) gram_item_grads_kernel(const GramArg
   const acc_t* mu = static_cast<const acc_t*>(a.mu) + n * s.C_in + g * C;
   const T* weight = static_cast<const T*>(a.p.weight) + (g * c_out_g + c0) * J;
   const double S = static_cast<double>(s.Do * s.Ho * s.Wo);
-  // X of column j = b * taps + k: the sums' index j + b (each channel's taps, then its total).
-  const double* X =
-      a.p.input_sums != nullptr ? a.p.input_sums + (n * s.C_in + g * C) * (taps + 1) : nullptr;
+  const double* X = a.p.input_sums != nullptr
+                        ? a.p.input_sums + (n * s.C_in + g * C) * conv::input_sums_row(s)
+                        : nullptr;
   const auto window_sum = [&](int j) {
-    return X != nullptr ? X[j + j / taps] - S * static_cast<double>(mu[j / taps]) : Sc_item[j];
+    return X != nullptr
+               ? X[conv::input_sums_column(j, taps)] - S * static_cast<double>(mu[j / taps])
+               : Sc_item[j];
   };
   block_copy(
       J * J + J, [&](int e) { return e < J * J ? R_item[e] : window_sum(e - J * J); },

@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (a.mu != nullptr && i < s.N * s.C_in) {  // (each row of the sums ends with x's total)
-    const int64_t row = s.kD * s.kH * s.kW + 1;
+    const int64_t row = conv::input_sums_row(s);
     static_cast<acc_t*>(a.mu)[i] = static_cast<acc_t>(a.p.input_sums[i * row + row - 1] /
                                                       static_cast<double>(s.D * s.H * s.W));
   }

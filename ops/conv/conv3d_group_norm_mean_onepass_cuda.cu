@@ -1178,7 +1178,7 @@ __global__ void __launch_bounds__(kThreads)
     exact_sums_chunks_kernel(const KernelArgs a, int d_chunks, const double* partials,
                              double* sums) {
   const conv::Conv3dShape& s = a.p.conv;
-  const int64_t row = s.kD * s.kH * s.kW + 1;
+  const int64_t row = conv::input_sums_row(s);
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < s.N * s.C_in * row) {
     const double* part = partials + i / row * d_chunks * row + i % row;
@@ -1201,12 +1201,10 @@ __device__ __forceinline__ void exact_channel_means(const KernelArgs& a, int64_t
   for (int64_t c = threadIdx.x / kWarpSize; c < s.C_out; c += kWarpsPerBlock) {
     const int64_t g = c / a.plan.c_out_g;
     const float* w = static_cast<const float*>(a.p.weight) + c * K;
-    // X[n, g * c_in_g + b, k] for weight column j = b * taps + k: the sums' index j + b (each
-    // channel's taps followed by its total).
-    const double* X = a.exact_sums + (n * s.C_in + g * a.plan.c_in_g) * (taps + 1);
+    const double* X = a.exact_sums + (n * s.C_in + g * a.plan.c_in_g) * conv::input_sums_row(s);
     double sum = 0.0;
     for (int64_t j = lane; j < K; j += kWarpSize) {
-      sum += static_cast<double>(__ldg(w + j)) * X[j + j / taps];
+      sum += static_cast<double>(__ldg(w + j)) * X[conv::input_sums_column(j, taps)];
     }
     sum = warp_allreduce_sum(sum);
     if (lane == 0) {
@@ -1322,7 +1320,7 @@ ExactMeansWorkspace carve_exact_means(const conv::Conv3dGroupNormMeanParams& p,
   WorkspaceCarver carver(base);
   carver.take<char>(static_cast<int64_t>(plan.workspace_bytes));
   ExactMeansWorkspace ws{};
-  const int64_t planes = s.N * s.C_in, row = s.kD * s.kH * s.kW + 1;
+  const int64_t planes = s.N * s.C_in, row = conv::input_sums_row(s);
   const int64_t sms = std::max(current_device_info().multiprocessors, 1);
   ws.d_chunks = static_cast<int>(std::clamp<int64_t>(ceil_div(2 * sms, planes), 1, s.D));
   ws.partials = ws.d_chunks > 1 ? carver.take<double>(planes * ws.d_chunks * row) : nullptr;
@@ -1343,7 +1341,7 @@ bool wants_exact_means(const conv::Conv3dGroupNormMeanParams& p, const conv::One
 cudaError_t launch_exact_sums(const KernelArgs& args, const ExactMeansWorkspace& ws,
                               cudaStream_t stream) {
   const conv::Conv3dShape& s = args.p.conv;
-  const int64_t row = s.kD * s.kH * s.kW + 1;
+  const int64_t row = conv::input_sums_row(s);
   const int64_t sum_blocks = s.N * s.C_in * ws.d_chunks;
   const int64_t chunk_blocks = ceil_div(s.N * s.C_in * row, static_cast<int64_t>(kThreads));
   if (!grid_fits(sum_blocks) || !grid_fits(chunk_blocks)) {

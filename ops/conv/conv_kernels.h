@@ -54,6 +54,17 @@ struct Conv3dGroupNormMeanParams {
   double* input_sums;
 };
 
+// input_sums' rows: X for each of the kD * kH * kW taps, then x's total.
+FUSED_OPS_HOST_DEVICE int64_t input_sums_row(const Conv3dShape& s) {
+  return s.kD * s.kH * s.kW + 1;
+}
+// Where in the rows of a conv group's input channels (from its first) the X of its weight's column
+// j = b * taps + k lies (input channel b of the group, tap k).
+template <typename Int>
+FUSED_OPS_HOST_DEVICE Int input_sums_column(Int j, Int taps) {
+  return j + j / taps;
+}
+
 // How the one-pass kernels (conv3d_group_norm_mean_onepass_cuda.cu) cut a problem: each block
 // computes the convolution over a box of TD x TH x TW output positions of one sample for `cb`
 // output channels of one conv group, from the box's input footprint (FD x FH x FW per input
