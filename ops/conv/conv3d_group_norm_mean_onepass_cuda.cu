@@ -933,10 +933,11 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
 //   X[n, b, k] = sum over outputs s of x[n, b, s * stride - padding + k * dilation]
 // (0 outside the input), and X is separable: per dim, the input positions tap k reaches. In
 // double, in a fixed order: exact_sums_kernel reads x once (a block per (n, b) and chunk of D)
-// and sums it per tap and in all (x's total per (n, b), for input_sums), then the products with
-// the weights (a warp per (n, c)). The backward's dy = alpha * (y0 - m0) + gamma sums over every
-// output position, so a channel mean of other rounding than y0's leaves an error that grows with S
-// (the tensor-core moments' mean gave the weight gradient 2.6x eager's error); these do not.
+// and sums it per tap and in all (x's total per (n, b), for input_sums), then the finalize's
+// products with the weights (a warp per channel of its sample). The backward's
+// dy = alpha * (y0 - m0) + gamma sums over every output position, so a channel mean of other
+// rounding than y0's leaves an error that grows with S (the tensor-core moments' mean gave the
+// weight gradient 2.6x eager's error); these do not.
 
 // The input positions tap k reads along a dim (one per output): first, first + stride, ...
 // up to last (none where first > last).
@@ -965,12 +966,15 @@ __device__ __forceinline__ Span span_of(TapPositions t) {
 __device__ __forceinline__ bool span_contains(Span t, int i) {
   return i >= t.first && i <= t.last && (t.stride == 1 || (i - t.first) % t.stride == 0);
 }
+// Bits [lo, hi) (0 <= lo, hi <= 32: the shifts in 64 bits).
+__device__ __forceinline__ unsigned run_mask(int lo, int hi) {
+  return static_cast<unsigned>(((uint64_t{1} << hi) - 1u) & ~((uint64_t{1} << lo) - 1u));
+}
 // Of `count` (<= 32) positions from i0, those in t: bit u for i0 + u.
 __device__ __forceinline__ unsigned span_mask(Span t, int i0, int count) {
   const int first = t.first - i0, last = t.last - i0;
-  if (t.stride == 1) {  // (the shifts in 64 bits: count may be 32)
-    const int lo = min(max(first, 0), count), hi = min(max(last + 1, 0), count);
-    return static_cast<unsigned>(((uint64_t{1} << hi) - 1u) & ~((uint64_t{1} << lo) - 1u));
+  if (t.stride == 1) {
+    return run_mask(min(max(first, 0), count), min(max(last + 1, 0), count));
   }
   unsigned mask = 0u;
   for (int u = max(first, 0); u <= min(last, count - 1); ++u) {
@@ -999,10 +1003,8 @@ __device__ __forceinline__ bool edge_runs(const unsigned (&masks)[kSumGroup]) {
   for (int j = 0; j < kSumGroup; ++j) {
     const int lo = max(__ffs(static_cast<int>(masks[j])) - 1, 0);  // (0 for no rows)
     const int hi = kWarpSize - __clz(static_cast<int>(masks[j]));
-    const unsigned run =
-        static_cast<unsigned>(((uint64_t{1} << hi) - 1u) & ~((uint64_t{1} << lo) - 1u));
-    runs = runs &&
-           (masks[j] == 0u || (masks[j] == run && lo <= kSumEdge && hi >= kSumRows - kSumEdge));
+    runs = runs && (masks[j] == 0u ||
+                    (masks[j] == run_mask(lo, hi) && lo <= kSumEdge && hi >= kSumRows - kSumEdge));
   }
   return runs;
 }
@@ -1156,7 +1158,7 @@ __global__ void __launch_bounds__(kThreads, 3)
                                     ? span_mask(span_of(tap_positions(tw, s.W, s.Wo, s.stride[2],
                                                                       s.padding[2], s.dilation[2])),
                                                 w0, columns)
-                                    : static_cast<unsigned>((uint64_t{1} << columns) - 1u);
+                                    : run_mask(0, columns);
           double total = 0.0;
           for (int l = 0; l < kWarpSize; ++l) {
             total += (mask >> l) & 1u ? lane_sums[pair][l] : 0.0;
