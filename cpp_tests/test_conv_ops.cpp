@@ -479,6 +479,13 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
     CHECK(plan.items_per_launch * plan.pieces * plan.piece_floats * 4 <=
           static_cast<int64_t>(conv::kGramPartialBytes));
     CHECK(plan.items_per_launch == 43);  // 3 launches of 43 (44 fit in the bound)
+    // Beside the lag kernels (their concurrent budget, 6 MiB): 16 items fit, 8 launches of 16.
+    const conv::GramWeightGradPlan concurrent = conv::plan_conv3d_group_norm_mean_gram_weight_grad(
+        headline, dtype, kSmem, conv::kGramConcurrentPartialBytes);
+    REQUIRE(concurrent.supported);
+    CHECK(concurrent.items_per_launch == 16);
+    CHECK(concurrent.items_per_launch * concurrent.pieces * concurrent.piece_floats * 4 <=
+          static_cast<int64_t>(conv::kGramConcurrentPartialBytes));
     // A bulk unit's window: 3 channels x (4 + 2) planes x (32 + 4) rows x (32 + 2 x 4) floats
     // (along D the lags reach above the piece only), two of them in 227 KB.
     CHECK(plan.whole_rows);
@@ -653,6 +660,17 @@ TEST_CASE("lag input gradient plans: the family, the patterns and the D columns"
     CHECK(plan.items_per_chunk == 32);
     CHECK(plan.items_per_chunk * plan.table_elems * 4 <=
           static_cast<int64_t>(conv::kLagTableBytes));
+    // Beside the Gram kernels (their concurrent budget, 14 MiB): 24 items fit, so 6 launches of
+    // 22, each one wave (176 blocks); no smaller chunk takes fewer waves.
+    const conv::LagInputGradPlan concurrent = conv::plan_conv3d_group_norm_mean_lag_input_grad(
+        headline, 8, dtype, kSmem, kH100, conv::kLagConcurrentTableBytes);
+    REQUIRE(concurrent.supported);
+    CHECK(concurrent.items_per_chunk == 22);
+    CHECK(concurrent.items_per_chunk * concurrent.table_elems * 4 <=
+          static_cast<int64_t>(conv::kLagConcurrentTableBytes));
+    // A budget below one item's tables: one item a launch.
+    CHECK(conv::plan_conv3d_group_norm_mean_lag_input_grad(headline, 8, dtype, kSmem, kH100, 1024)
+              .items_per_chunk == 1);
     // The footprint (columns of 20 floats) leaves shared memory for two blocks per SM, with
     // their 1 KiB each.
     CHECK(plan.smem_bytes == 3 * 20 * (8 + 4) * (32 + 4) * 4);

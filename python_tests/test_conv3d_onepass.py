@@ -580,24 +580,58 @@ def test_backward_rejects_input_sums_of_another_shape():
             )  # fmt: skip
 
 
+def _training_step(args, grad_out):
+    leaves = [args[i] for i in tensor_arg_indices(args)]
+    out = torch.ops.fused.conv3d_group_norm_mean(*args)
+    return (out, *torch.autograd.grad(out, leaves, grad_out))
+
+
 @requires_cuda
-def test_dependent_launch_gives_the_same_bits(monkeypatch):
-    """The one-pass kernels chained by programmatic dependent launch (each kernel may start
-    while the previous one finishes, and waits for it before touching memory) give bitwise the
-    output and gradients of plain launches (FUSED_OPS_DEPENDENT_LAUNCH=0)."""
+def test_concurrent_gradients_give_the_same_bits(monkeypatch):
+    """The lag input gradient and the Gram weight gradient run at once
+    (FUSED_OPS_CONCURRENT_GRADS=1: the Gram kernels on a side stream, the workspaces apart, each
+    chunked for its concurrent budget: at 64 samples 3 lag chunks and 4 Gram launches, where one
+    after the other they take 2 and 2) give bitwise the output and gradients of one after the
+    other (the default)."""
     torch.manual_seed(0)
-    args = conv3d_args((8, 3, 24, 32, 32), 24, 3, 8, device="cuda", requires_grad=True)
+    args = conv3d_args((64, 3, 24, 32, 32), 24, 3, 8, device="cuda", requires_grad=True)
     with torch.no_grad():
         args[0].uniform_(0.0, 1.0)
-    grad_out = torch.randn(8, device="cuda")
-    leaves = [args[i] for i in tensor_arg_indices(args)]
+    grad_out = torch.randn(64, device="cuda")
     results = []
-    for setting in ("1", "0"):
-        monkeypatch.setenv("FUSED_OPS_DEPENDENT_LAUNCH", setting)
-        out = torch.ops.fused.conv3d_group_norm_mean(*args)
-        results.append((out, *torch.autograd.grad(out, leaves, grad_out)))
-    for a, b in zip(*results):
-        assert torch.equal(a, b)
+    for setting in ("1", "0", "1"):
+        monkeypatch.setenv("FUSED_OPS_CONCURRENT_GRADS", setting)
+        results.append(_training_step(args, grad_out))
+    for concurrent, sequential, again in zip(*results):
+        assert torch.equal(concurrent, sequential)
+        assert torch.equal(concurrent, again)
+
+
+@requires_cuda
+def test_concurrent_gradients_in_a_cuda_graph(monkeypatch):
+    """With FUSED_OPS_CONCURRENT_GRADS=1, a training step captured in a CUDA graph (the side
+    stream joins the capture at its fork and leaves it at its join) replays, on new inputs, to
+    the bits of the step run eagerly."""
+    monkeypatch.setenv("FUSED_OPS_CONCURRENT_GRADS", "1")
+    torch.manual_seed(0)
+    args = conv3d_args((8, 3, 24, 32, 32), 24, 3, 8, device="cuda", requires_grad=True)
+    grad_out = torch.randn(8, device="cuda")
+    warm_up = torch.cuda.Stream()
+    warm_up.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warm_up):
+        for _ in range(2):
+            _training_step(args, grad_out)
+    torch.cuda.current_stream().wait_stream(warm_up)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = _training_step(args, grad_out)
+    for _ in range(2):
+        with torch.no_grad():
+            args[0].copy_(torch.rand_like(args[0]))
+        graph.replay()
+        eager = _training_step(args, grad_out)
+        for replayed, expected in zip(captured, eager):
+            assert torch.equal(replayed, expected)
 
 
 @requires_cuda

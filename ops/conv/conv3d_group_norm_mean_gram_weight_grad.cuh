@@ -13,8 +13,10 @@
 namespace fused_ops {
 namespace gpu {
 
-// The plan for p on the current device; unsupported where p wants no weight gradient.
-conv::GramWeightGradPlan gram_weight_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p);
+// The plan for p on the current device, its partials at most `partial_bytes` a launch;
+// unsupported where p wants no weight gradient.
+conv::GramWeightGradPlan gram_weight_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p,
+                                               size_t partial_bytes);
 
 // False where the environment sets FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD=0: the recomputing tile
 // kernel then computes the weight gradient (for comparisons). Read per call.

@@ -1000,12 +1000,13 @@ GramWorkspace carve_gram(const conv::Conv3dGroupNormMeanBackwardParams& p,
 
 bool gram_weight_grad_enabled() { return !env_switch_off("FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD"); }
 
-conv::GramWeightGradPlan gram_weight_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p) {
+conv::GramWeightGradPlan gram_weight_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p,
+                                               size_t partial_bytes) {
   if (p.dweight == nullptr) {
     return {};
   }
-  return conv::plan_conv3d_group_norm_mean_gram_weight_grad(p.conv, p.dtype,
-                                                            current_device_info().shared_memory);
+  return conv::plan_conv3d_group_norm_mean_gram_weight_grad(
+      p.conv, p.dtype, current_device_info().shared_memory, partial_bytes);
 }
 
 template <typename T>

@@ -13,11 +13,11 @@
 namespace fused_ops {
 namespace gpu {
 
-// The plan for p on the current device; unsupported where p wants no input gradient, or wants
-// the weight gradient too and it does not come from elsewhere (the Gram kernels): the tile
-// kernel then computes both for less.
+// The plan for p on the current device, its tables at most `table_bytes` a chunk; unsupported
+// where p wants no input gradient, or wants the weight gradient too and it does not come from
+// elsewhere (the Gram kernels): the tile kernel then computes both for less.
 conv::LagInputGradPlan lag_input_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p,
-                                           bool weight_grad_elsewhere);
+                                           bool weight_grad_elsewhere, size_t table_bytes);
 
 // False where the environment sets FUSED_OPS_CONV3D_LAG_INPUT_GRAD=0: the recomputing tile
 // kernel then computes the input gradient (for comparisons). Read at launch only: the

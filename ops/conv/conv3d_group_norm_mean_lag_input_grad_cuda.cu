@@ -998,7 +998,7 @@ cudaError_t launch_products_and_tables(const LagArgs& args, int64_t sources, boo
 bool lag_input_grad_enabled() { return !env_switch_off("FUSED_OPS_CONV3D_LAG_INPUT_GRAD"); }
 
 conv::LagInputGradPlan lag_input_grad_plan(const conv::Conv3dGroupNormMeanBackwardParams& p,
-                                           bool weight_grad_elsewhere) {
+                                           bool weight_grad_elsewhere, size_t table_bytes) {
   // Where the tile kernel computes the weight gradient, it computes the input gradient too for
   // less than these kernels take (benchmarks/h100-2026-11-23-lag).
   if (p.dx == nullptr || (p.dweight != nullptr && !weight_grad_elsewhere)) {
@@ -1006,7 +1006,7 @@ conv::LagInputGradPlan lag_input_grad_plan(const conv::Conv3dGroupNormMeanBackwa
   }
   const DeviceInfo device = current_device_info();
   return conv::plan_conv3d_group_norm_mean_lag_input_grad(
-      p.conv, p.num_groups, p.dtype, device.shared_memory, device.multiprocessors);
+      p.conv, p.num_groups, p.dtype, device.shared_memory, device.multiprocessors, table_bytes);
 }
 
 template <typename T>

@@ -45,7 +45,14 @@
 // the input gradient comes from the lag tables (conv3d_group_norm_mean_lag_input_grad.cuh) and
 // the weight gradient from the per-sample Gram sums of the centred input
 // (conv3d_group_norm_mean_gram_weight_grad.cuh); the tile kernel then runs only for what they
-// do not take (at the headline: not at all).
+// do not take (at the headline: not at all). With FUSED_OPS_CONCURRENT_GRADS=1 the two run at
+// once: the Gram kernels on a side stream (common/cuda/side_stream.cuh) forked after the
+// coefficients and joined before the launcher returns, their workspaces apart and each chunked
+// for its concurrent budget (conv_kernels.h), so that each chain fills the other's launch gaps
+// and last waves. Off by default: at the headline on an H100 it raises the throughput of
+// training steps by 1-2% (back to back and in CUDA graphs) but makes single steps bimodal (p90
+// +15-20%), which moved bench.py's median above the sequential one in some runs
+// (benchmarks/h100-2026-11-27-concurrent-grads/notes.txt).
 //
 // No atomics: every sum has a fixed order (given the shape and the device's SM count), so
 // results are deterministic. Work per tile: the region's recomputation plus two products of the
@@ -55,6 +62,7 @@
 #include "common/cuda/device_info.cuh"
 #include "common/cuda/launch_utils.cuh"
 #include "common/cuda/scalar_ops.cuh"
+#include "common/cuda/side_stream.cuh"
 #include "conv/conv3d_group_norm_mean_gram_weight_grad.cuh"
 #include "conv/conv3d_group_norm_mean_lag_input_grad.cuh"
 #include "conv/conv_input_box.cuh"
@@ -63,6 +71,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
 
 namespace fused_ops {
@@ -770,26 +779,41 @@ int grid_for(const conv::Conv3dGroupNormMeanBackwardParams& p,
 // Which kernels compute which gradients of p: the lag input gradient and the Gram weight
 // gradient where their families allow (stride 1; FUSED_OPS_CONV3D_LAG_INPUT_GRAD=0 and
 // FUSED_OPS_CONV3D_GRAM_WEIGHT_GRAD=0 turn them off, read per call), the recomputing tile kernel
-// the rest. The same for workspace_bytes and launch.
+// the rest. Where both run and FUSED_OPS_CONCURRENT_GRADS=1 (read per call), they run at once
+// (concurrent), each planned within its concurrent budget (conv_kernels.h): their workspaces are
+// then apart. The same for workspace_bytes and launch.
 template <typename T>
 struct BackwardRoutes {
   conv::LagInputGradPlan lag;
   conv::GramWeightGradPlan gram;
   conv::Conv3dGroupNormMeanBackwardParams tile;  // p without what lag and gram compute
+  bool concurrent = false;  // the Gram kernels on a side stream beside the lag kernels
 
   explicit BackwardRoutes(const conv::Conv3dGroupNormMeanBackwardParams& p) : tile(p) {
-    if constexpr (!std::is_same_v<T, double>) {
-      gram = gram_weight_grad_plan(p);
-      gram.supported = gram.supported && gram_weight_grad_enabled();
+    // (Whether a family supports p does not depend on its budget, only its chunks do.)
+    const bool try_concurrent = env_switch_on("FUSED_OPS_CONCURRENT_GRADS");
+    plan(p, try_concurrent);
+    concurrent = try_concurrent && lag.supported && gram.supported;
+    if (try_concurrent && !concurrent) {
+      plan(p, false);  // one of them, or neither: the whole budget
     }
-    lag = lag_input_grad_plan(p, /*weight_grad_elsewhere=*/gram.supported);
-    lag.supported = lag.supported && lag_input_grad_enabled();
     if (lag.supported) {
       tile.dx = nullptr;
     }
     if (gram.supported) {
       tile.dweight = nullptr;
     }
+  }
+  void plan(const conv::Conv3dGroupNormMeanBackwardParams& p, bool concurrent_budgets) {
+    if constexpr (!std::is_same_v<T, double>) {
+      gram = gram_weight_grad_plan(
+          p, concurrent_budgets ? conv::kGramConcurrentPartialBytes : conv::kGramPartialBytes);
+      gram.supported = gram.supported && gram_weight_grad_enabled();
+    }
+    lag = lag_input_grad_plan(
+        p, /*weight_grad_elsewhere=*/gram.supported,
+        concurrent_budgets ? conv::kLagConcurrentTableBytes : conv::kLagTableBytes);
+    lag.supported = lag.supported && lag_input_grad_enabled();
   }
   bool tile_runs() const { return tile.dx != nullptr || tile.dweight != nullptr; }
   bool centres_x() const { return lag.supported || gram.supported; }
@@ -801,7 +825,7 @@ struct Workspace {
   double* dw_partials;  // the tile kernel's
   void* mu;             // x's means per (n, input channel), for the lag and Gram kernels
   void* lag;            // the lag kernels' workspace
-  void* gram;           // the Gram kernels' (the same region)
+  void* gram;           // the Gram kernels' (the same region unless they run concurrently)
   size_t bytes;
 };
 
@@ -817,13 +841,19 @@ Workspace<T> carve(const BackwardRoutes<T>& routes, const conv::OnePassBackwardP
                        ? carver.take<double>(static_cast<int64_t>(grid) * p.conv.C_out * plan.K)
                        : nullptr;
   ws.mu = routes.centres_x() ? carver.take<acc_t>(p.conv.N * p.conv.C_in) : nullptr;
-  // The lag kernels and then the Gram kernels run on the one stream, neither reading the
-  // other's workspace: they share one region (the larger of the two; peak memory).
-  size_t shared_bytes = lag_input_grad_workspace_bytes<T>(p, routes.lag);
+  // The lag and Gram kernels' regions: apart where they run at once, else one region (the
+  // larger of the two; neither reads the other's).
+  const size_t lag_bytes = lag_input_grad_workspace_bytes<T>(p, routes.lag);
+  size_t gram_bytes = 0;
   if constexpr (!std::is_same_v<T, double>) {
-    shared_bytes = std::max(shared_bytes, gram_weight_grad_workspace_bytes<T>(p, routes.gram));
+    gram_bytes = gram_weight_grad_workspace_bytes<T>(p, routes.gram);
   }
-  ws.lag = ws.gram = carver.take<char>(static_cast<int64_t>(shared_bytes));
+  if (routes.concurrent) {
+    ws.lag = carver.take<char>(static_cast<int64_t>(lag_bytes));
+    ws.gram = carver.take<char>(static_cast<int64_t>(gram_bytes));
+  } else {
+    ws.lag = ws.gram = carver.take<char>(static_cast<int64_t>(std::max(lag_bytes, gram_bytes)));
+  }
   ws.bytes = carver.bytes();
   return ws;
 }
@@ -870,16 +900,31 @@ struct OnePassBackwardFamily {
     if (routes.centres_x() && !mu_from_sums) {
       FUSED_OPS_RETURN_IF_CUDA_ERROR(launch_input_channel_means<T>(p, ws.mu, stream));
     }
-    if (routes.lag.supported) {
-      FUSED_OPS_RETURN_IF_CUDA_ERROR(
-          lag_input_grad_launch<T>(p, routes.lag, ws.coefficients, ws.mu, ws.lag, stream));
+    // The Gram kernels on the side stream (SideStream: forked after the coefficients, joined
+    // before return; the lock keeps other threads' sections off it meanwhile), the lag kernels
+    // on the caller's. Without a side stream, one after the other on the caller's.
+    SideStream* side = routes.concurrent ? SideStream::current() : nullptr;
+    std::unique_lock<std::mutex> side_lock;
+    cudaError_t status = cudaSuccess;
+    if (side != nullptr) {
+      side_lock = std::unique_lock<std::mutex>(side->mutex());
+      status = side->fork(stream);
     }
+    const cudaStream_t gram_stream = side != nullptr ? side->stream() : stream;
     if constexpr (!std::is_same_v<T, double>) {
-      if (routes.gram.supported) {
-        FUSED_OPS_RETURN_IF_CUDA_ERROR(
-            gram_weight_grad_launch<T>(p, routes.gram, ws.coefficients, ws.mu, ws.gram, stream));
+      if (status == cudaSuccess && routes.gram.supported) {
+        status = gram_weight_grad_launch<T>(p, routes.gram, ws.coefficients, ws.mu, ws.gram,
+                                            gram_stream);
       }
     }
+    if (status == cudaSuccess && routes.lag.supported) {
+      status = lag_input_grad_launch<T>(p, routes.lag, ws.coefficients, ws.mu, ws.lag, stream);
+    }
+    if (side != nullptr) {  // joined whatever happened: a capture must not end forked
+      const cudaError_t joined = side->join(stream);
+      status = status != cudaSuccess ? status : joined;
+    }
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(status);
     if (routes.tile.dweight != nullptr) {
       const int64_t size = p.conv.C_out * plan.K;
       weight_grad_kernel<T>

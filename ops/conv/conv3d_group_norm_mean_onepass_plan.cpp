@@ -335,7 +335,8 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
 LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s,
                                                             int64_t num_groups, ScalarKind dtype,
                                                             size_t smem_limit,
-                                                            int64_t multiprocessors) {
+                                                            int64_t multiprocessors,
+                                                            size_t table_bytes) {
   LagInputGradPlan plan;
   if (!nonempty_grouped(s) || num_groups <= 0 || s.C_out % num_groups != 0) {
     return plan;
@@ -429,7 +430,7 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
   const int64_t item_bytes = plan.table_elems * static_cast<int64_t>(acc_bytes) +
                              (plan.segment_tables ? 0 : reduction * reduction * 8);
   const int64_t most = std::min<int64_t>(
-      std::max<int64_t>(1, static_cast<int64_t>(kLagTableBytes) / item_bytes), 65535);
+      std::max<int64_t>(1, static_cast<int64_t>(table_bytes) / item_bytes), 65535);
   plan.items_per_chunk = ceil_div(items, ceil_div(items, most));  // as few launches, balanced
   // Where the device's size is known: as few waves of the input-gradient kernel (a last wave
   // that fills a fraction of the device takes a whole wave's time), then as few launches.
@@ -479,8 +480,8 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
 }
 
 GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShape& s,
-                                                                ScalarKind dtype,
-                                                                size_t smem_limit) {
+                                                                ScalarKind dtype, size_t smem_limit,
+                                                                size_t partial_bytes) {
   GramWeightGradPlan plan;
   if (!nonempty_grouped(s) || dtype == ScalarKind::kDouble) {
     return plan;  // (float sums: the double kernel would spill its accumulators)
@@ -616,7 +617,7 @@ GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShap
   const int64_t items = s.N * s.groups;
   const int64_t item_bytes = plan.pieces * plan.piece_floats * static_cast<int64_t>(sizeof(float));
   const int64_t most = std::min<int64_t>(
-      std::max<int64_t>(1, static_cast<int64_t>(kGramPartialBytes) / item_bytes), 65535);
+      std::max<int64_t>(1, static_cast<int64_t>(partial_bytes) / item_bytes), 65535);
   plan.items_per_launch = ceil_div(items, ceil_div(items, most));
   constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
   if (s.D * s.H * s.W > kMax32 || plan.E[0] * plan.E[1] * plan.E[2] > kMax32 ||

@@ -321,13 +321,21 @@ struct LagInputGradPlan {
   // [groups][segments_per_group] (a conv group that meets fewer has empty ones).
   bool segment_tables = false;
   int64_t segments_per_group = 0;
-  // (sample, conv group) items per launch: their tables (and Q, without segment tables) at
-  // most kLagTableBytes (where one item fits), in as few waves of the input-gradient kernel as
-  // the device runs (given its multiprocessors), then in as few launches.
+  // (sample, conv group) items per launch: their tables (and Q, without segment tables) within
+  // the budget, table_bytes (where one item fits), in as few waves of the input-gradient kernel
+  // as the device runs (given its multiprocessors), then in as few launches.
   int64_t items_per_chunk = 0;
   size_t smem_bytes = 0;  // the input-gradient kernel's (its footprint)
 };
 constexpr size_t kLagTableBytes = size_t{20} << 20;
+// Where the Gram weight gradient's kernels run beside these (the backward's concurrent routes,
+// FUSED_OPS_CONCURRENT_GRADS=1), the two workspaces are apart and each takes less:
+// kLagConcurrentTableBytes here and kGramConcurrentPartialBytes there. At the Conv3d headline a
+// step's peak is then 67.0 MiB (64.3 with one shared region, 84.1 with both whole budgets; the
+// bound is eager's 696 / 10), and the backward 0.75 ms against 0.79 one after the other (H100,
+// 2026-11-27; the split measured against 10 and 8 MiB:
+// benchmarks/h100-2026-11-27-concurrent-grads).
+constexpr size_t kLagConcurrentTableBytes = size_t{14} << 20;
 // The segment tables and their Q (double): at most this, else the items' own tables.
 constexpr size_t kLagSegmentTableBytes = size_t{16} << 20;
 // Segments per conv group at most this with segment tables (the combine kernel keeps a tile of
@@ -339,7 +347,8 @@ constexpr int64_t kLagBlocksPerMultiprocessor = 2;
 LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s,
                                                             int64_t num_groups, ScalarKind dtype,
                                                             size_t smem_limit,
-                                                            int64_t multiprocessors);
+                                                            int64_t multiprocessors,
+                                                            size_t table_bytes = kLagTableBytes);
 // The Gram weight gradient (conv3d_group_norm_mean_gram_weight_grad_cuda.cu): at stride 1 the
 // backward's weight gradient needs no recomputed convolution output either. Per (sample n,
 // conv group), with col_s the c_in_g * k^3 inputs output s reads (j = (b, tap) as in the
@@ -413,20 +422,21 @@ struct GramWeightGradPlan {
   int64_t piece_floats = 0;
   // A lag (dd, dw) per warp, one half of them (R is symmetric): (kD - 1) x (2kW - 1) + kW.
   int64_t warps = 0;
-  int64_t items_per_launch = 0;  // (sample, conv group) items, partials at most kGramPartialBytes
+  int64_t items_per_launch = 0;  // (sample, conv group) items, partials within the budget
   size_t smem_bytes = 0;         // a window of the sums kernel (the largest unit's); it keeps two
   // The finalize's (per item and kGramGradChannels output channels): R and Sc, mu per column,
   // the channels' weights, w . Sc and e, in double.
   size_t finalize_smem_bytes = 0;
 };
 constexpr size_t kGramPartialBytes = size_t{16} << 20;
+constexpr size_t kGramConcurrentPartialBytes = size_t{6} << 20;  // (see kLagConcurrentTableBytes)
 // Pieces per item at most: the box sums keep a 2-byte code per piece in shared memory (48 KB;
 // a padded D of ~65K planes at the headline's H and W).
 constexpr int64_t kGramMaxPieces = 24576;
 constexpr int64_t kGramGradChannels = 8;
-GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShape& s,
-                                                                ScalarKind dtype,
-                                                                size_t smem_limit);
+GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(
+    const Conv3dShape& s, ScalarKind dtype, size_t smem_limit,
+    size_t partial_bytes = kGramPartialBytes);
 // The CUDA backward (defined only in builds with CUDA): `supported` says whether a problem is
 // in its family on the current device.
 struct OnePassBackwardCudaKernel {

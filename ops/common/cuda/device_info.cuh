@@ -67,6 +67,12 @@ inline bool env_switch_off(const char* name) {
   const char* setting = std::getenv(name);
   return setting != nullptr && std::strcmp(setting, "0") == 0;
 }
+// Whether the environment variable `name` is "1": the switches that turn an option on (read
+// when asked, as env_switch_off).
+inline bool env_switch_on(const char* name) {
+  const char* setting = std::getenv(name);
+  return setting != nullptr && std::strcmp(setting, "1") == 0;
+}
 
 // Whether the current device runs the sm_90a image (Hopper's arch-specific instructions: wgmma)
 // of the file that defines `probe`, a kernel whose sm_90a image holds static shared memory and
