@@ -51,7 +51,7 @@
 // for its concurrent budget (conv_kernels.h), so that each chain fills the other's launch gaps
 // and last waves. Off by default: at the headline on an H100 it raises the throughput of
 // training steps by 1-2% (back to back and in CUDA graphs) but makes single steps bimodal (p90
-// +15-20%), which moved bench.py's median above the sequential one in some runs
+// +13-22%), which moved bench.py's median above the sequential one in some runs
 // (benchmarks/h100-2026-11-27-concurrent-grads/notes.txt).
 //
 // No atomics: every sum has a fixed order (given the shape and the device's SM count), so
