@@ -72,10 +72,20 @@ class SideStream {
   // runtime has shut down.)
   bool create() {
     int least = 0, greatest = 0;
-    return cudaDeviceGetStreamPriorityRange(&least, &greatest) == cudaSuccess &&
-           cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest) == cudaSuccess &&
-           cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming) == cudaSuccess &&
-           cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming) == cudaSuccess;
+    if (cudaDeviceGetStreamPriorityRange(&least, &greatest) == cudaSuccess &&
+        cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest) == cudaSuccess &&
+        cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming) == cudaSuccess &&
+        cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming) == cudaSuccess) {
+      return true;
+    }
+    // What a failed creation made goes with it (the next call tries again from nothing).
+    if (fork_event_ != nullptr) {
+      cudaEventDestroy(fork_event_);
+    }
+    if (stream_ != nullptr) {
+      cudaStreamDestroy(stream_);
+    }
+    return false;
   }
 
   cudaStream_t stream_ = nullptr;
