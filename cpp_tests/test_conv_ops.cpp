@@ -432,15 +432,18 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
           "[conv][cpu][onepass]") {
   using fused_ops::ScalarKind;
   namespace conv = fused_ops::conv;
-  constexpr size_t kSmem = 227 * 1024;
+  constexpr size_t kSmem = 227 * 1024;  // an H100's opt-in shared memory per block
+  constexpr int64_t kH100 = 132;        // its multiprocessors
+  const auto plan_for = [&](const conv::Conv3dShape& s, ScalarKind dtype, int64_t multiprocessors,
+                            size_t partial_bytes = conv::kGramPartialBytes) {
+    return conv::plan_conv3d_group_norm_mean_gram_weight_grad(s, dtype, kSmem, multiprocessors,
+                                                              partial_bytes);
+  };
   const conv::Conv3dShape headline =
       stride1_shape({128, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1);
-  CHECK_FALSE(
-      conv::plan_conv3d_group_norm_mean_gram_weight_grad(headline, ScalarKind::kDouble, kSmem)
-          .supported);
+  CHECK_FALSE(plan_for(headline, ScalarKind::kDouble, kH100).supported);
   for (const ScalarKind dtype : {ScalarKind::kFloat, ScalarKind::kHalf, ScalarKind::kBFloat16}) {
-    const conv::GramWeightGradPlan plan =
-        conv::plan_conv3d_group_norm_mean_gram_weight_grad(headline, dtype, kSmem);
+    const conv::GramWeightGradPlan plan = plan_for(headline, dtype, kH100);
     REQUIRE(plan.supported);
     // Classes per dim: {0}, {1}, [2, 22 or 30), and the last two rows; box 0 holds the first
     // three, box 1 the middle three, box 2 the last three.
@@ -478,10 +481,20 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
     CHECK(plan.piece_floats == 13 * 48 * 5);
     CHECK(plan.items_per_launch * plan.pieces * plan.piece_floats * 4 <=
           static_cast<int64_t>(conv::kGramPartialBytes));
-    CHECK(plan.items_per_launch == 43);  // 3 launches of 43 (44 fit in the bound)
+    // As few rounds of the sums kernel's persistent grid (a block per multiprocessor), then as
+    // few launches: 2 launches of 64 items, 512 units each, in 4 rounds of 132 blocks (8 in
+    // all, the fewest: 1024 units). With the device's size unknown, as few launches, balanced:
+    // the same here.
+    CHECK(plan.items_per_launch == 64);
+    CHECK(plan_for(headline, dtype, 0).items_per_launch == 64);
+    // 16 MiB (44 items fit): 4 launches of 32 items, 2 rounds each, not the fewest launches,
+    // 3 of 43 items (344 units: 3 rounds each); where the device's size is unknown, those.
+    const size_t kSixteenMiB = size_t{16} << 20;
+    CHECK(plan_for(headline, dtype, kH100, kSixteenMiB).items_per_launch == 32);
+    CHECK(plan_for(headline, dtype, 0, kSixteenMiB).items_per_launch == 43);
     // Beside the lag kernels (their concurrent budget, 6 MiB): 16 items fit, 8 launches of 16.
-    const conv::GramWeightGradPlan concurrent = conv::plan_conv3d_group_norm_mean_gram_weight_grad(
-        headline, dtype, kSmem, conv::kGramConcurrentPartialBytes);
+    const conv::GramWeightGradPlan concurrent =
+        plan_for(headline, dtype, kH100, conv::kGramConcurrentPartialBytes);
     REQUIRE(concurrent.supported);
     CHECK(concurrent.items_per_launch == 16);
     CHECK(concurrent.items_per_launch * concurrent.pieces * concurrent.piece_floats * 4 <=
@@ -503,7 +516,7 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
       stride1_shape({2, 3, 6, 5, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
       stride1_shape({2, 2, 9, 8, 12}, 12, {3, 3, 3}, {1, 2, 0}, {2, 2, 3}, 1),
       stride1_shape({3, 3, 5, 6, 7}, 8, {2, 1, 3}, {1, 0, 1}, {1, 1, 1}, 1),
-      stride1_shape({56, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+      stride1_shape({80, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
       stride1_shape({3, 1, 15, 10, 30}, 6, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
       stride1_shape({2, 2, 6, 7, 9}, 8, {2, 2, 1}, {0, 1, 0}, {1, 1, 1}, 1),
       stride1_shape({2, 3, 4, 6, 12}, 6, {1, 3, 2}, {0, 1, 0}, {1, 1, 9}, 1),
@@ -512,8 +525,7 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
       stride1_shape({2, 3, 6, 40, 10}, 6, {3, 3, 3}, {0, 0, 0}, {1, 8, 1}, 1),
   };
   for (const auto& s : inside) {
-    const conv::GramWeightGradPlan plan =
-        conv::plan_conv3d_group_norm_mean_gram_weight_grad(s, ScalarKind::kFloat, kSmem);
+    const conv::GramWeightGradPlan plan = plan_for(s, ScalarKind::kFloat, kH100);
     INFO("x (" << s.N << ", " << s.C_in << ", " << s.D << ", " << s.H << ", " << s.W << ")");
     REQUIRE(plan.supported);
     // The classes cover each padded dim in order.
@@ -569,19 +581,18 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
       CHECK(plan.edge_groups == 2);
       CHECK(plan.edge_group_begin[1] == 2);
     }
-    if (s.N == 56 && s.D == 24) {  // "two-launches": 56 items in two launches of 28
-      CHECK(plan.items_per_launch == 28);
+    if (s.N == 80 && s.D == 24) {  // "two-launches": 80 items in 47 + 33 (3 + 2 rounds)
+      CHECK(plan.items_per_launch == 47);
     }
   }
   // The box sums' piece codes (2 bytes each in shared memory) bound the pieces per item.
-  const conv::GramWeightGradPlan deep = conv::plan_conv3d_group_norm_mean_gram_weight_grad(
-      stride1_shape({1, 3, 60000, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
-      ScalarKind::kFloat, kSmem);
+  const conv::GramWeightGradPlan deep =
+      plan_for(stride1_shape({1, 3, 60000, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+               ScalarKind::kFloat, kH100);
   CHECK(deep.supported);
   CHECK(deep.pieces <= conv::kGramMaxPieces);
-  CHECK_FALSE(conv::plan_conv3d_group_norm_mean_gram_weight_grad(
-                  stride1_shape({1, 3, 70000, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
-                  ScalarKind::kFloat, kSmem)
+  CHECK_FALSE(plan_for(stride1_shape({1, 3, 70000, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1),
+                       ScalarKind::kFloat, kH100)
                   .supported);
   conv::Conv3dShape strided = headline;
   strided.stride[1] = 2, strided.Ho = 15;
@@ -596,8 +607,7 @@ TEST_CASE("Gram weight gradient plans: the family, the classes and the pieces",
       stride1_shape({1, 3, 4, 6, 30}, 6, {1, 3, 2}, {0, 0, 0}, {1, 1, 17}, 1),
   };
   for (const auto& s : outside) {
-    CHECK_FALSE(
-        conv::plan_conv3d_group_norm_mean_gram_weight_grad(s, ScalarKind::kFloat, kSmem).supported);
+    CHECK_FALSE(plan_for(s, ScalarKind::kFloat, kH100).supported);
   }
 }
 

@@ -288,7 +288,7 @@ def _check_with_kernels_on_and_off(case, dtype, switch, monkeypatch, frozen_weig
 # group or a padded W past 32 fall back to the recomputing kernel), a W of exactly 32 lanes,
 # thin classes (dilation 2 along D and H: classes of two planes or rows), kernels of 1 and 2
 # taps, 1 input channel, kernels of one tap along D or W, fewer output columns than the W lags'
-# reach, 56 samples of the headline's size (two launches of the pieces' sums), chunks along H
+# reach, 80 samples of the headline's size (two launches of the pieces' sums), chunks along H
 # and D that cut the classes, and edge classes in separate groups.
 GRAM_CASES = {
     **LAG_CASES,
@@ -309,7 +309,7 @@ GRAM_CASES = {
         padding=(1, 0, 1),
     ),
     "two-launches": dict(
-        input_shape=(56, 3, 24, 32, 32), out_channels=24, kernel_size=3, num_groups=8
+        input_shape=(80, 3, 24, 32, 32), out_channels=24, kernel_size=3, num_groups=8
     ),
     "one-channel-narrow": dict(
         input_shape=(3, 1, 15, 10, 30), out_channels=6, kernel_size=3, num_groups=2
@@ -591,7 +591,7 @@ def test_concurrent_gradients_give_the_same_bits(monkeypatch):
     """The lag input gradient and the Gram weight gradient run at once
     (FUSED_OPS_CONCURRENT_GRADS=1: the Gram kernels on a side stream, the workspaces apart, each
     chunked for its concurrent budget: at 64 samples 3 lag chunks and 4 Gram launches, where one
-    after the other they take 2 and 2) give bitwise the output and gradients of one after the
+    after the other they take 2 and 1) give bitwise the output and gradients of one after the
     other (the default)."""
     torch.manual_seed(0)
     args = conv3d_args((64, 3, 24, 32, 32), 24, 3, 8, device="cuda", requires_grad=True)

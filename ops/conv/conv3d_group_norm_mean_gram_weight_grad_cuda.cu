@@ -1005,8 +1005,9 @@ conv::GramWeightGradPlan gram_weight_grad_plan(const conv::Conv3dGroupNormMeanBa
   if (p.dweight == nullptr) {
     return {};
   }
-  return conv::plan_conv3d_group_norm_mean_gram_weight_grad(
-      p.conv, p.dtype, current_device_info().shared_memory, partial_bytes);
+  const DeviceInfo device = current_device_info();
+  return conv::plan_conv3d_group_norm_mean_gram_weight_grad(p.conv, p.dtype, device.shared_memory,
+                                                            device.multiprocessors, partial_bytes);
 }
 
 template <typename T>

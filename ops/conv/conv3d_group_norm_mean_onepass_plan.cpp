@@ -49,6 +49,37 @@ int64_t pitch_with_residue(int64_t at_least, int64_t multiple, int64_t lo, int64
   return p;
 }
 
+// Items per launch for a kernel run over `items` items in launches of at most `most` items,
+// each item `blocks_per_item` blocks of equal work, `resident` blocks running at once (a wave;
+// 0: unknown): as few waves (a last wave that fills a fraction of the device takes a whole
+// wave's time), then as few launches (at most 4x the fewest: more would cost more than a
+// wave), then as few items (the least workspace); where the device's size is unknown, as few
+// launches, balanced.
+int64_t items_per_launch_in_fewest_waves(int64_t items, int64_t most, int64_t blocks_per_item,
+                                         int64_t resident) {
+  const int64_t fewest_launches = ceil_div(items, most);
+  if (resident <= 0) {
+    return ceil_div(items, fewest_launches);
+  }
+  const auto waves = [&](int64_t chunk) {
+    const int64_t rest = items % chunk;
+    return items / chunk * ceil_div(chunk * blocks_per_item, resident) +
+           (rest > 0 ? ceil_div(rest * blocks_per_item, resident) : 0);
+  };
+  int64_t best = 0, best_waves = 0, best_launches = 0;
+  for (int64_t chunk = std::min(most, items); chunk >= 1; --chunk) {
+    const int64_t launches = ceil_div(items, chunk);
+    if (launches > 4 * fewest_launches) {
+      break;
+    }
+    const int64_t w = waves(chunk);
+    if (best == 0 || w < best_waves || (w == best_waves && launches <= best_launches)) {
+      best = chunk, best_waves = w, best_launches = launches;
+    }
+  }
+  return best;
+}
+
 // A problem the backward's kernels can plan at all: every input and output size positive, and
 // the channels split evenly by the conv groups.
 bool nonempty_grouped(const Conv3dShape& s) {
@@ -431,32 +462,13 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
                              (plan.segment_tables ? 0 : reduction * reduction * 8);
   const int64_t most = std::min<int64_t>(
       std::max<int64_t>(1, static_cast<int64_t>(table_bytes) / item_bytes), 65535);
-  plan.items_per_chunk = ceil_div(items, ceil_div(items, most));  // as few launches, balanced
-  // Where the device's size is known: as few waves of the input-gradient kernel (a last wave
-  // that fills a fraction of the device takes a whole wave's time), then as few launches.
+  // As few waves of the input-gradient kernel, then as few launches.
   const int64_t resident =
       multiprocessors *
       std::min<int64_t>(kLagBlocksPerMultiprocessor,
                         static_cast<int64_t>(smem_limit / std::max<size_t>(plan.smem_bytes, 1)));
-  if (resident > 0) {
-    const int64_t item_blocks = plan.d_tiles * plan.h_tiles * plan.w_tiles;
-    const auto waves = [&](int64_t chunk) {
-      const int64_t rest = items % chunk;
-      return items / chunk * ceil_div(chunk * item_blocks, resident) +
-             (rest > 0 ? ceil_div(rest * item_blocks, resident) : 0);
-    };
-    int64_t best_waves = waves(plan.items_per_chunk);
-    for (int64_t chunk = plan.items_per_chunk - 1; chunk >= 1; --chunk) {
-      if (ceil_div(items, chunk) > 4 * ceil_div(items, plan.items_per_chunk)) {
-        break;  // (more launches than that: their own cost would outweigh a wave)
-      }
-      const int64_t w = waves(chunk);
-      if (w < best_waves) {
-        best_waves = w;
-        plan.items_per_chunk = chunk;
-      }
-    }
-  }
+  plan.items_per_chunk = items_per_launch_in_fewest_waves(
+      items, most, plan.d_tiles * plan.h_tiles * plan.w_tiles, resident);
   // (The kernels index a sample's elements, grid sizes and table elements in 32 bits; the D
   // columns, the tables kernel's blocks per source and, with segment tables, the conv groups are
   // grid dims of at most 65535.)
@@ -481,6 +493,7 @@ LagInputGradPlan plan_conv3d_group_norm_mean_lag_input_grad(const Conv3dShape& s
 
 GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShape& s,
                                                                 ScalarKind dtype, size_t smem_limit,
+                                                                int64_t multiprocessors,
                                                                 size_t partial_bytes) {
   GramWeightGradPlan plan;
   if (!nonempty_grouped(s) || dtype == ScalarKind::kDouble) {
@@ -618,7 +631,11 @@ GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(const Conv3dShap
   const int64_t item_bytes = plan.pieces * plan.piece_floats * static_cast<int64_t>(sizeof(float));
   const int64_t most = std::min<int64_t>(
       std::max<int64_t>(1, static_cast<int64_t>(partial_bytes) / item_bytes), 65535);
-  plan.items_per_launch = ceil_div(items, ceil_div(items, most));
+  // The sums kernel's persistent grid (a block per multiprocessor) walks a launch's units in
+  // rounds of one unit a block: as few rounds, then as few launches (the Conv3d headline's:
+  // kGramPartialBytes).
+  plan.items_per_launch =
+      items_per_launch_in_fewest_waves(items, most, plan.units_per_item, multiprocessors);
   constexpr int64_t kMax32 = (int64_t{1} << 31) - 1;
   if (s.D * s.H * s.W > kMax32 || plan.E[0] * plan.E[1] * plan.E[2] > kMax32 ||
       s.N * s.C_in > kMax32 || plan.pieces > kGramMaxPieces ||

@@ -428,14 +428,21 @@ struct GramWeightGradPlan {
   // the channels' weights, w . Sc and e, in double.
   size_t finalize_smem_bytes = 0;
 };
-constexpr size_t kGramPartialBytes = size_t{16} << 20;
+// One after the other, the lag and Gram kernels share one region of workspace (the larger of
+// theirs). At the Conv3d headline the lag kernels' takes 28.1 MiB (tables and segment tables)
+// and, within this budget, the Gram kernels' 28.0 MiB: 2 launches of 64 items, 512 units each,
+// in 4 rounds of the sums kernel's 132 blocks (H100). With 16 MiB, 3 launches of 43 items took
+// 3 rounds each (344 units: 2.6 a block): the sums kernel 0.294 -> 0.246 ms a step, the
+// training step 1.006 -> 0.951 ms (2026-11-27, benchmarks/h100-2026-11-27-gram-rounds).
+constexpr size_t kGramPartialBytes = size_t{24} << 20;
 constexpr size_t kGramConcurrentPartialBytes = size_t{6} << 20;  // (see kLagConcurrentTableBytes)
 // Pieces per item at most: the box sums keep a 2-byte code per piece in shared memory (48 KB;
 // a padded D of ~65K planes at the headline's H and W).
 constexpr int64_t kGramMaxPieces = 24576;
 constexpr int64_t kGramGradChannels = 8;
+// `multiprocessors`: the device's (0: launches not sized to the sums kernel's rounds).
 GramWeightGradPlan plan_conv3d_group_norm_mean_gram_weight_grad(
-    const Conv3dShape& s, ScalarKind dtype, size_t smem_limit,
+    const Conv3dShape& s, ScalarKind dtype, size_t smem_limit, int64_t multiprocessors,
     size_t partial_bytes = kGramPartialBytes);
 // The CUDA backward (defined only in builds with CUDA): `supported` says whether a problem is
 // in its family on the current device.
