@@ -52,7 +52,7 @@ struct GramArgs {
   const void* mu;            // [N][C_in] of acc_t
   float* partials;           // [items_per_launch][pieces][piece_floats]
   double* gram_sums;         // [items_per_launch][J * J]: R
-  double* window_sums;       // [N * groups][J]: Sc
+  double* window_sums;       // [N * groups][J]: Sc (null where p.input_sums holds x's sums)
   double* item_grads;        // [N * groups][c_out_g][J]
   int64_t item0;             // the launch's first item: n * groups + conv group
   bool whole_rows;           // float32 and plan.whole_rows with x 16-byte aligned
@@ -848,13 +848,13 @@ __global__ void __launch_bounds__(kThreads) gram_item_grads_kernel(const GramArg
   const int64_t item = a.item0 + blockIdx.x;
   const int64_t n = item / s.groups, g = item % s.groups;
   const double* R_item = a.gram_sums + static_cast<int64_t>(blockIdx.x) * J * J;
-  const double* Sc_item = a.window_sums + item * J;
   const acc_t* mu = static_cast<const acc_t*>(a.mu) + n * s.C_in + g * C;
   const T* weight = static_cast<const T*>(a.p.weight) + (g * c_out_g + c0) * J;
   const double S = static_cast<double>(s.Do * s.Ho * s.Wo);
   const double* X = a.p.input_sums != nullptr
                         ? a.p.input_sums + (n * s.C_in + g * C) * conv::input_sums_row(s)
                         : nullptr;
+  const double* Sc_item = X == nullptr ? a.window_sums + item * J : nullptr;
   const auto window_sum = [&](int j) {
     return X != nullptr
                ? X[conv::input_sums_column(j, taps)] - S * static_cast<double>(mu[j / taps])
@@ -990,7 +990,9 @@ GramWorkspace carve_gram(const conv::Conv3dGroupNormMeanBackwardParams& p,
   ws.partials = carver.take<float>(plan.items_per_launch * plan.pieces * plan.piece_floats);
   const int64_t J = plan.c_in_g * p.conv.kD * p.conv.kH * p.conv.kW;
   ws.gram_sums = carver.take<double>(plan.items_per_launch * J * J);
-  ws.window_sums = carver.take<double>(p.conv.N * p.conv.groups * J);
+  // Sc, where the forward did not keep x's sums (gram_item_grads_kernel takes it from them).
+  ws.window_sums =
+      p.input_sums == nullptr ? carver.take<double>(p.conv.N * p.conv.groups * J) : nullptr;
   ws.item_grads = carver.take<double>(p.conv.N * p.conv.C_out * J);
   ws.bytes = carver.bytes();
   return ws;

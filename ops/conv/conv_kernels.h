@@ -430,7 +430,7 @@ struct GramWeightGradPlan {
 };
 // One after the other, the lag and Gram kernels share one region of workspace (the larger of
 // theirs). At the Conv3d headline the lag kernels' takes 28.1 MiB (tables and segment tables)
-// and, within this budget, the Gram kernels' 28.0 MiB: 2 launches of 64 items, 512 units each,
+// and, within this budget, the Gram kernels' 27.9 MiB: 2 launches of 64 items, 512 units each,
 // in 4 rounds of the sums kernel's 132 blocks (H100). With 16 MiB, 3 launches of 43 items took
 // 3 rounds each (344 units: 2.6 a block): the sums kernel 0.294 -> 0.246 ms a step, the
 // training step 1.006 -> 0.951 ms (2026-11-27, benchmarks/h100-2026-11-27-gram-rounds).
