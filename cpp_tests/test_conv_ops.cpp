@@ -5,6 +5,10 @@
 #include "conv/conv_kernels.h"
 #include "test_utils.h"
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 using namespace fused_ops_test;
 
 namespace {
@@ -628,6 +632,98 @@ TEST_CASE("one-pass plans fall back to the direct kernel where tensor-core footp
   REQUIRE(plan.supported);
   CHECK_FALSE(plan.tensor_cores);
   CHECK(plan.smem_bytes == direct.smem_bytes);
+}
+
+// The one-pass plans are memoized per argument set (PlanMemo, 8 entries): from any thread, in
+// any order, with more argument sets than entries (evictions), each call returns its own
+// arguments' plan.
+TEST_CASE("one-pass plans: each argument set gets its own plan from the memo, from any thread",
+          "[conv][cpu][onepass]") {
+  using fused_ops::ScalarKind;
+  namespace conv = fused_ops::conv;
+  constexpr size_t kSmem = 227 * 1024;
+  struct Args {
+    conv::Conv3dShape s;
+    ScalarKind dtype;
+    bool tensor_cores;
+  };
+  std::vector<Args> args;
+  for (const int64_t n : {1, 3, 128}) {
+    for (const int64_t c : {1, 3, 16}) {
+      for (const int64_t k : {1, 3}) {
+        const auto s =
+            stride1_shape({n, c, 8 + k, 12, 20 + n % 5}, 24, {k, k, k}, {1, 0, 1}, {1, 1, 1}, 1);
+        args.push_back({s, ScalarKind::kFloat, true});
+        args.push_back({s, k == 1 ? ScalarKind::kDouble : ScalarKind::kFloat, false});
+      }
+    }
+  }
+  REQUIRE(args.size() > 8);  // more than the memo's entries
+  const auto forward = [&](const Args& a) {
+    return conv::plan_conv3d_group_norm_mean_onepass(a.s, a.dtype, kSmem, a.tensor_cores, true);
+  };
+  const auto backward = [&](const Args& a) {
+    return conv::plan_conv3d_group_norm_mean_onepass_backward(a.s, a.dtype, kSmem);
+  };
+  const auto same_forward = [](const conv::OnePassPlan& x, const conv::OnePassPlan& y) {
+    return x.supported == y.supported && x.tensor_cores == y.tensor_cores && x.tiles == y.tiles &&
+           x.TD == y.TD && x.TH == y.TH && x.TW == y.TW && x.cb == y.cb &&
+           x.smem_bytes == y.smem_bytes && x.footprint == y.footprint;
+  };
+  const auto same_backward = [](const conv::OnePassBackwardPlan& x,
+                                const conv::OnePassBackwardPlan& y) {
+    return x.supported == y.supported && x.tiles == y.tiles && x.BD == y.BD && x.BH == y.BH &&
+           x.BW == y.BW && x.smem_bytes == y.smem_bytes;
+  };
+  // Each plan against its own arguments (independent of the memo): the reduction length and
+  // the tile count its boxes give.
+  const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const auto fits_forward = [&](const Args& a, const conv::OnePassPlan& x) {
+    const conv::Conv3dShape& t = a.s;
+    return x.supported && x.K == t.C_in / t.groups * t.kD * t.kH * t.kW &&
+           x.tiles == t.N * t.groups * x.chunks * ceil_div(t.Do, x.TD) * ceil_div(t.Ho, x.TH) *
+                          ceil_div(t.Wo, x.TW);
+  };
+  const auto fits_backward = [&](const Args& a, const conv::OnePassBackwardPlan& x) {
+    const conv::Conv3dShape& t = a.s;
+    return x.supported && x.K == t.C_in / t.groups * t.kD * t.kH * t.kW &&
+           x.tiles ==
+               t.N * t.groups * ceil_div(t.D, x.BD) * ceil_div(t.H, x.BH) * ceil_div(t.W, x.BW);
+  };
+  std::vector<conv::OnePassPlan> forward_plans;
+  std::vector<conv::OnePassBackwardPlan> backward_plans;
+  for (const Args& a : args) {
+    forward_plans.push_back(forward(a));
+    backward_plans.push_back(backward(a));
+    CHECK(fits_forward(a, forward_plans.back()));
+    CHECK(fits_backward(a, backward_plans.back()));
+  }
+  // The argument sets differ in their plans (else a mix-up could not show).
+  int distinct = 0;
+  for (size_t i = 1; i < args.size(); ++i) {
+    distinct += same_forward(forward_plans[i], forward_plans[i - 1]) ? 0 : 1;
+  }
+  CHECK(distinct > static_cast<int>(args.size()) / 2);
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 400; ++i) {
+        // Each thread its own order: runs of one set (hits) and strides across them (misses).
+        const size_t j = static_cast<size_t>((i / (1 + t) * (2 * t + 1) + t) % args.size());
+        const conv::OnePassPlan f = forward(args[j]);
+        const conv::OnePassBackwardPlan b = backward(args[j]);
+        if (!fits_forward(args[j], f) || !same_forward(f, forward_plans[j]) ||
+            !fits_backward(args[j], b) || !same_backward(b, backward_plans[j])) {
+          ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  CHECK(mismatches.load() == 0);
 }
 
 TEST_CASE("lag input gradient plans: the family, the patterns and the D columns",

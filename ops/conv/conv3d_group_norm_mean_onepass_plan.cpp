@@ -29,7 +29,11 @@
 #include "conv/conv_kernels.h"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <limits>
+#include <mutex>
+#include <type_traits>
 #include <vector>
 
 namespace fused_ops {
@@ -79,6 +83,47 @@ int64_t items_per_launch_in_fewest_waves(int64_t items, int64_t most, int64_t bl
   }
   return best;
 }
+
+// The last kEntries results of a plan function, by its arguments. A CUDA training step of
+// Conv3dGroupNormMean asks for the one-pass forward's plan 6 times and the backward's 5 (each
+// "supported" check, the workspace's size, the launch), and their box searches took 15-17 us
+// each on the 2-core development VM (2026-11-27): ~0.18 ms of host time a step, where the host
+// issues a step in about the GPU's time (benchmarks/h100-2026-11-27-gram-rounds/notes.txt). Keys
+// hold int64_t fields only (no padding: compared bytewise); plans are returned by value.
+template <typename Key, typename Plan>
+class PlanMemo {
+  static_assert(std::has_unique_object_representations_v<Key>, "a key is compared bytewise");
+
+ public:
+  template <typename Compute>
+  Plan get(const Key& key, const Compute& compute) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (int i = 0; i < filled_; ++i) {
+        if (std::memcmp(&entries_[i].key, &key, sizeof(Key)) == 0) {
+          return entries_[i].plan;
+        }
+      }
+    }
+    // (Computed outside the lock: two threads may both compute a missing plan, the same one.)
+    const Plan plan = compute();
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_[next_] = Entry{key, plan};
+    next_ = (next_ + 1) % kEntries;
+    filled_ = std::min(filled_ + 1, kEntries);
+    return plan;
+  }
+
+ private:
+  static constexpr int kEntries = 8;
+  struct Entry {
+    Key key;
+    Plan plan;
+  };
+  std::mutex mutex_;
+  std::array<Entry, kEntries> entries_{};
+  int next_ = 0, filled_ = 0;
+};
 
 // A problem the backward's kernels can plan at all: every input and output size positive, and
 // the channels split evenly by the conv groups.
@@ -235,14 +280,25 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
 
 OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind dtype,
                                                 size_t smem_limit, bool tensor_cores, bool wgmma) {
-  const OnePassPlan plan = plan_onepass(s, dtype, smem_limit, tensor_cores, wgmma);
-  if (!plan.supported && plan.tensor_cores) {
-    // (A footprint that the tensor-core kernel's two buffers cannot hold may fit the direct
-    // kernel's one.)
-    return plan_onepass(s, dtype, smem_limit, false, wgmma);
-  }
-  return plan;
+  struct Key {
+    Conv3dShape s;
+    int64_t dtype, smem_limit, tensor_cores, wgmma;
+  };
+  static PlanMemo<Key, OnePassPlan> memo;
+  const Key key{s, static_cast<int64_t>(dtype), static_cast<int64_t>(smem_limit), tensor_cores,
+                wgmma};
+  return memo.get(key, [&] {
+    const OnePassPlan plan = plan_onepass(s, dtype, smem_limit, tensor_cores, wgmma);
+    if (!plan.supported && plan.tensor_cores) {
+      // (A footprint that the tensor-core kernel's two buffers cannot hold may fit the direct
+      // kernel's one.)
+      return plan_onepass(s, dtype, smem_limit, false, wgmma);
+    }
+    return plan;
+  });
 }
+
+namespace {
 
 // The backward plan. Family: the forward's (reduction length at most kOnePassMaxReduction),
 // whose boxes fit the shared memory.
@@ -256,9 +312,8 @@ OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind
 // and computes two products over the box (input gradient; weight gradient of the owned
 // outputs, about one per input position at stride 1), so the plan minimises
 // (boxes per sample) * (region + 2 * box) * K, plus the footprint's loads (by rows of 32).
-OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dShape& s,
-                                                                 ScalarKind dtype,
-                                                                 size_t smem_limit) {
+OnePassBackwardPlan plan_onepass_backward(const Conv3dShape& s, ScalarKind dtype,
+                                          size_t smem_limit) {
   OnePassBackwardPlan plan;
   if (!nonempty_grouped(s)) {
     return plan;
@@ -357,6 +412,20 @@ OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dSha
   }
   plan.supported = true;
   return plan;
+}
+
+}  // namespace
+
+OnePassBackwardPlan plan_conv3d_group_norm_mean_onepass_backward(const Conv3dShape& s,
+                                                                 ScalarKind dtype,
+                                                                 size_t smem_limit) {
+  struct Key {
+    Conv3dShape s;
+    int64_t dtype, smem_limit;
+  };
+  static PlanMemo<Key, OnePassBackwardPlan> memo;
+  return memo.get(Key{s, static_cast<int64_t>(dtype), static_cast<int64_t>(smem_limit)},
+                  [&] { return plan_onepass_backward(s, dtype, smem_limit); });
 }
 
 // The lag input gradient's plan (conv_kernels.h has the identity). Per dim, the tap ranges
