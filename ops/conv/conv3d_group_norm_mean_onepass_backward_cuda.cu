@@ -49,10 +49,12 @@
 // once: the Gram kernels on a side stream (common/cuda/side_stream.cuh) forked after the
 // coefficients and joined before the launcher returns, their workspaces apart and each chunked
 // for its concurrent budget (conv_kernels.h), so that each chain fills the other's launch gaps
-// and last waves. Off by default: at the headline on an H100 it raises the throughput of
-// training steps by 1-2% (back to back and in CUDA graphs) but makes single steps bimodal (p90
-// +13-22%), which moved bench.py's median above the sequential one in some runs
-// (benchmarks/h100-2026-11-27-concurrent-grads/notes.txt).
+// and last waves. Off by default: at the headline on an H100 it first raised the throughput of
+// training steps by 1-2% (back to back and in CUDA graphs) but made single steps bimodal (p90
+// +13-22%; benchmarks/h100-2026-11-27-concurrent-grads/notes.txt), and since the Gram launches
+// are sized to whole rounds (fewer than its smaller budgets allow) it is slower in every
+// measure: fwd+bwd 0.97 vs 0.95 ms, CUDA graph replay 0.94 vs 0.92
+// (benchmarks/h100-2026-11-27-gram-rounds/notes.txt).
 //
 // No atomics: every sum has a fixed order (given the shape and the device's SM count), so
 // results are deterministic. Work per tile: the region's recomputation plus two products of the

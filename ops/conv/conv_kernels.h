@@ -332,9 +332,10 @@ constexpr size_t kLagTableBytes = size_t{20} << 20;
 // FUSED_OPS_CONCURRENT_GRADS=1), the two workspaces are apart and each takes less:
 // kLagConcurrentTableBytes here and kGramConcurrentPartialBytes there. At the Conv3d headline a
 // step's peak is then 67.0 MiB (64.3 with one shared region, 84.1 with both whole budgets; the
-// bound is eager's 696 / 10), and the backward 0.75 ms against 0.79 one after the other (H100,
-// 2026-11-27; the split measured against 10 and 8 MiB:
-// benchmarks/h100-2026-11-27-concurrent-grads).
+// bound is eager's 696 / 10), and the backward took 0.75 ms against 0.79 one after the other
+// (H100, 2026-11-27; the split measured against 10 and 8 MiB:
+// benchmarks/h100-2026-11-27-concurrent-grads), before the Gram launches were sized to whole
+// rounds (kGramPartialBytes), which made one after the other the faster.
 constexpr size_t kLagConcurrentTableBytes = size_t{14} << 20;
 // The segment tables and their Q (double): at most this, else the items' own tables.
 constexpr size_t kLagSegmentTableBytes = size_t{16} << 20;
