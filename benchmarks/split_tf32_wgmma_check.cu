@@ -261,11 +261,14 @@ __global__ void reference_wgrad_kernel(conv::Conv3dShape s, const float* x, cons
   }
 }
 
-// The "+moments" row (see the top of the file); returns non-zero on a failure.
-int check_relu_moments(const Problem& q, const Prepared& d, double flops) {
+// The "+moments" row (see the top of the file) of the library's launch with `base`'s
+// parameters (d.p, or the plain TF32 products' on x rounded to TF32: `label` "tf32+moments");
+// returns non-zero on a failure.
+int check_relu_moments(const Problem& q, const Prepared& d, double flops,
+                       const conv::Conv3dChannelsLastParams& base, const char* label = "+moments") {
   const conv::Conv3dShape& s = d.s;
   const int64_t spatial = s.Do * s.Ho * s.Wo, items = s.N * s.C_out;
-  conv::Conv3dChannelsLastParams p = d.p;
+  conv::Conv3dChannelsLastParams p = base;
   CHECK_CUDA(cudaMalloc(&p.relu_channel_moments, items * sizeof(norm::Moments)));
   void* workspace = nullptr;
   CHECK_CUDA(cudaMalloc(&workspace, gpu::wgmma_conv_workspace_bytes(p)));
@@ -299,11 +302,11 @@ int check_relu_moments(const Problem& q, const Prepared& d, double flops) {
       e.rel_max = std::max(e.rel_max, m2_err);
     }
   }
-  report(q, "+moments", flops, e, launch);
+  report(q, label, flops, e, launch);
   CHECK_CUDA(cudaFree(p.relu_channel_moments));
   CHECK_CUDA(cudaFree(workspace));
   if (!e.finite || !same || e.rel_l2 > 1e-5 || e.rel_max > 1e-5) {
-    std::printf("%-42s +moments FAIL%s\n", q.name, same ? "" : " (runs differ)");
+    std::printf("%-42s %s FAIL%s\n", q.name, label, same ? "" : " (runs differ)");
     return 2;
   }
   return 0;
@@ -450,7 +453,7 @@ int main(int argc, char** argv) {
     for (const Problem& q : problems) {
       if (q.timed) continue;
       const Prepared d(q, rng);
-      if (gpu::wgmma_conv_relu_moments_supported(d.s) && check_relu_moments(q, d, 0) != 0) {
+      if (gpu::wgmma_conv_relu_moments_supported(d.s) && check_relu_moments(q, d, 0, d.p) != 0) {
         status = 2;
       }
     }
@@ -467,6 +470,7 @@ int main(int argc, char** argv) {
     std::printf(status == 0 ? "all passed\n" : "FAILED\n");
     return status;
   }
+  std::setvbuf(stdout, nullptr, _IONBF, 0);  // (rows as they come: a run cut short keeps them)
   std::mt19937 rng(0);
   int status = 0;
   std::printf("%-42s %-10s %9s %9s %10s %10s\n", "problem", "kernel", "ms", "TFLOP/s", "rel L2",
@@ -511,7 +515,7 @@ int main(int argc, char** argv) {
       }
     };
     check("wgmma", [&] { return d.wgmma(); });
-    if (gpu::wgmma_conv_relu_moments_supported(s) && check_relu_moments(q, d, flops) != 0) {
+    if (gpu::wgmma_conv_relu_moments_supported(s) && check_relu_moments(q, d, flops, d.p) != 0) {
       status = 2;
     }
     // The tiles alone, each on the weights split beforehand for its width and products (2
@@ -550,14 +554,67 @@ int main(int argc, char** argv) {
         status = 2;
       }
     };
+    // The activations by the producer warpgroup's copies, then by the im2col copies of the
+    // tensor memory accelerator: the same products in the same order, so bitwise the same.
+    const auto check_tma_same = [&](const char* kernel, auto copies, auto tma) {
+      check_tf32(kernel, tma);
+      const std::vector<float> by_copies = d.run(copies), by_tma = d.run(tma);
+      if (std::memcmp(by_copies.data(), by_tma.data(), d.ny * 4) != 0) {
+        std::printf("%-42s %s FAIL (differs from the producer's copies)\n", q.name, kernel);
+        status = 2;
+      }
+    };
     const gpu::WgmmaConvParams tw128 = tile_params(tp, 128, 1);
-    check_tf32("tf32 128x128/4", [&] {
+    const auto tf32_128 = [&] {
       return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false>>(tw128, nullptr);
-    });
+    };
+    check_tf32("tf32 128x128/4", tf32_128);
+    if (gpu::x_im2col_map_supported(tw128)) {
+      check_tma_same("tf32 tma 128x128/4", tf32_128, [&] {
+        return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false, true>>(
+            tw128, nullptr);
+      });
+      // Clusters of 2 and 4 blocks sharing each weight tile (multicast copies).
+      check_tma_same("tf32 tma 128x128/4 c4", tf32_128, [&] {
+        return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false, true, 4>>(
+            tw128, nullptr);
+      });
+      // Tiles of 256 rows: each weight tile serves twice the products.
+      check_tma_same("tf32 tma 256x128/4", tf32_128, [&] {
+        return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false, true, 1, 2>>(
+            tw128, nullptr);
+      });
+      check_tma_same("tf32 tma 256x128/4 c2", tf32_128, [&] {
+        return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false, true, 2, 2>>(
+            tw128, nullptr);
+      });
+      check_tma_same("tf32 tma 256x128/4 c4", tf32_128, [&] {
+        return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false, true, 4, 2>>(
+            tw128, nullptr);
+      });
+    }
     const gpu::WgmmaConvParams tw64 = tile_params(tp, 64, 1);
-    check_tf32("tf32 128x64/6", [&] {
+    const auto tf32_64 = [&] {
       return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 6, false>>(tw64, nullptr);
-    });
+    };
+    check_tf32("tf32 128x64/6", tf32_64);
+    if (gpu::x_im2col_map_supported(tw64)) {
+      check_tma_same("tf32 tma 128x64/8 c4", tf32_64, [&] {
+        return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 8, false, true, 4>>(
+            tw64, nullptr);
+      });
+      check_tma_same("tf32 tma 256x64/5 c2", tf32_64, [&] {
+        return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<64, 5, false, true, 2, 2>>(
+            tw64, nullptr);
+      });
+    }
+    // The library's plain TF32 launch (tf32_products: the tiles above of 256 rows in clusters
+    // of 2), with the moments (parts of 64 rows).
+    tp.tf32_products = true;
+    if (gpu::wgmma_conv_tf32_supported(s) &&
+        check_relu_moments(q, d, flops, tp, "tf32+moments") != 0) {
+      status = 2;
+    }
     CHECK_CUDA(cudaFree(const_cast<float*>(tp.x)));
   }
   const int wgrad_status = check_wgrad(wgrad_problems, rng);

@@ -13,6 +13,10 @@ struct BatchedTransposeParams {
   const float* in;
   float* out;
   int64_t batches, rows, cols;
+  // Each value rounded to the nearest TF32 value on the way (ties to even; infinities and NaN
+  // kept): the input of a convolution whose tensor cores read it as TF32, which would
+  // otherwise drop its low bits (a bias toward zero).
+  bool round_to_tf32 = false;
 };
 
 // CUDA (defined only in builds with CUDA): 32 x 32 tiles through shared memory, so that both

@@ -39,6 +39,14 @@
 // both float32 rewrites leave it NDHWC (run_conv3d's ConvOutputLayout::kAsComputed), which the
 // GroupNorm reads in place, and the TF32 one gets an NDHWC input (our transpose) so that cuDNN
 // does not transpose its output back (0.22 ms at the headline on an H100, 2026-11-22).
+// There, on Hopper and opted into (FUSED_OPS_TF32_WGMMA=1), the TF32 rewrite of an NCDHW
+// float32 input runs our wgmma kernel with plain TF32 products instead of cuDNN's
+// (tf32_wgmma_emits_relu_moments), x rounded to TF32 by the transpose, and its epilogue
+// computes the GroupNorm's statistics too. Not by default: at the headline on an H100
+// (2026-11-27) the convolution takes 0.87 ms alone and 0.96 with the statistics where cuDNN's
+// takes 0.81-0.85 and the statistics pass it saves 0.14; the inference forward took 1.30 ms
+// with it, 1.28 with cuDNN's (another day's run). (Its training forward and backward stay
+// cuDNN's: the saved conv output is NCDHW, which cuDNN transposes to itself.)
 // Elsewhere eager's transposed convolution runs.
 //
 // On the CPU, float32: every rewritable transposed convolution runs as the forward one, in
@@ -83,6 +91,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 namespace fused_ops {
 namespace conv {
@@ -216,7 +226,10 @@ bool split_tf32_runs_transposed(const at::Tensor& input, const at::Tensor& weigh
 // A 5-d float32 CUDA tensor in `format` (contiguous or channels_last_3d): between those two
 // layouts by our tiled transpose (layout_kernels.h: about twice as fast as ATen's strided
 // copy), otherwise as .contiguous(format) does it.
-at::Tensor float_cuda_in_format(const at::Tensor& t, at::MemoryFormat format) {
+// round_to_tf32: the values rounded to TF32 on the way (BatchedTransposeParams), for an input
+// of plain TF32 products; only where the transpose runs (an NCDHW t to NDHWC).
+at::Tensor float_cuda_in_format(const at::Tensor& t, at::MemoryFormat format,
+                                bool round_to_tf32 = false) {
 #ifdef FUSED_OPS_WITH_CUDA
   const bool to_channels_last = format == at::MemoryFormat::ChannelsLast3d;
   const auto source =
@@ -226,13 +239,17 @@ at::Tensor float_cuda_in_format(const at::Tensor& t, at::MemoryFormat format) {
     at::Tensor out = at::empty(t.sizes(), t.options().memory_format(format));
     const int64_t batches = t.size(0), channels = t.size(1);
     const int64_t spatial = t.size(2) * t.size(3) * t.size(4);
-    const BatchedTransposeParams params{t.const_data_ptr<float>(), out.mutable_data_ptr<float>(),
-                                        batches, to_channels_last ? channels : spatial,
-                                        to_channels_last ? spatial : channels};
+    const BatchedTransposeParams params{t.const_data_ptr<float>(),
+                                        out.mutable_data_ptr<float>(),
+                                        batches,
+                                        to_channels_last ? channels : spatial,
+                                        to_channels_last ? spatial : channels,
+                                        round_to_tf32};
     run_cuda_kernel("fused (layout change)", t, params, batched_transpose_cuda);
     return out;
   }
 #endif
+  TORCH_INTERNAL_ASSERT(!round_to_tf32, "TF32 rounding asked of a copy that is not our transpose");
   return t.contiguous(format);
 }
 
@@ -249,17 +266,46 @@ bool split_tf32_emits_relu_moments(const at::Tensor& input, const at::Tensor& we
 #endif
 }
 
-// With relu_channel_moments (where split_tf32_emits_relu_moments): also the moments of relu(y)
-// per (n, c), float64 (N, C_out, 2), from the kernel's epilogue.
+// Whether the TF32 rewrite (kTransposedAsForward) of this float32 convolution runs on our
+// wgmma kernel with TF32 products and the GroupNorm's statistics (transposed_as_forward_split_tf32
+// with tf32_products): opted into (FUSED_OPS_TF32_WGMMA=1; see the top of the file), an NCDHW
+// input (its transpose rounds x to TF32), the kernel's TF32 tiles on the current device, and a
+// GroupNorm that reads the output in place.
+bool tf32_wgmma_emits_relu_moments(const at::Tensor& input, const at::Tensor& weight,
+                                   const Conv3dParams& p) {
+#ifdef FUSED_OPS_WITH_CUTLASS
+  // Opted into per call (read each time: cheap beside a convolution; tests switch it).
+  const char* opt_in = std::getenv("FUSED_OPS_TF32_WGMMA");
+  if (opt_in == nullptr || std::strcmp(opt_in, "1") != 0) {
+    return false;
+  }
+  if (input.scalar_type() != at::kFloat || p.groups != 1 ||
+      !input.is_contiguous(at::MemoryFormat::Contiguous)) {
+    return false;
+  }
+  const Conv3dShape s = split_tf32_params_of_transposed(input, weight, p).conv;
+  return norm::channels_last_norm_cuda_supported(s.C_out, sizeof(float)) &&
+         split_tf32_conv3d_cuda.tf32_forward_supported(s);
+#else
+  return false;
+#endif
+}
+
+// With relu_channel_moments (where split_tf32_emits_relu_moments, or, with tf32_products,
+// tf32_wgmma_emits_relu_moments): also the moments of relu(y) per (n, c), float64 (N, C_out,
+// 2), from the kernel's epilogue. tf32_products: plain TF32 products (x rounded to TF32 by its
+// transpose) instead of split-TF32 ones.
 at::Tensor transposed_as_forward_split_tf32(const at::Tensor& input, const at::Tensor& weight,
                                             const c10::optional<at::Tensor>& bias,
-                                            const Conv3dParams& p,
-                                            at::Tensor* relu_channel_moments) {
+                                            const Conv3dParams& p, at::Tensor* relu_channel_moments,
+                                            bool tf32_products = false) {
 #ifdef FUSED_OPS_WITH_CUTLASS
   auto params = split_tf32_params_of_transposed(input, weight, p);
+  params.tf32_products = tf32_products;
   const Conv3dShape& s = params.conv;
   // NDHWC activations, KTRSC filter: the logical shapes stay PyTorch's (N, C, D, H, W).
-  const at::Tensor x = aligned_16(float_cuda_in_format(input, at::MemoryFormat::ChannelsLast3d));
+  const at::Tensor x =
+      aligned_16(float_cuda_in_format(input, at::MemoryFormat::ChannelsLast3d, tf32_products));
   const at::Tensor w =
       forward_weight_of_transposed(weight, p.groups).permute({0, 2, 3, 4, 1}).contiguous();
   const at::Tensor b = bias.has_value() && bias->defined() ? aligned_16(bias->contiguous())
@@ -275,8 +321,10 @@ at::Tensor transposed_as_forward_split_tf32(const at::Tensor& input, const at::T
     params.relu_channel_moments =
         static_cast<norm::Moments*>(relu_channel_moments->mutable_data_ptr());
   }
-  run_cuda_kernel("fused::conv_transpose3d_relu_group_norm (split-TF32 convolution)", input, params,
-                  split_tf32_conv3d_cuda.forward);
+  run_cuda_kernel(tf32_products
+                      ? "fused::conv_transpose3d_relu_group_norm (TF32 convolution)"
+                      : "fused::conv_transpose3d_relu_group_norm (split-TF32 convolution)",
+                  input, params, split_tf32_conv3d_cuda.forward);
   return y;  // NDHWC: run_conv3d changes it to the layout its caller wants
 #else
   TORCH_INTERNAL_ASSERT(false, "split-TF32 convolution selected in a build without CUTLASS");
@@ -536,12 +584,15 @@ bool conv_output_is_channels_last(const at::Tensor& input, const at::Tensor& wei
 
 bool conv_emits_relu_moments(const at::Tensor& input, const at::Tensor& weight,
                              const Conv3dParams& p, ConvConsumer consumer) {
-  if (!input.is_cuda() ||
-      select_conv_path(input, weight, p, consumer) != ConvPath::kTransposedAsForwardSplitTf32) {
+  if (!input.is_cuda() || consumer != ConvConsumer::kReluGroupNorm) {
     return false;
   }
+  const ConvPath path = select_conv_path(input, weight, p, consumer);
   const c10::DeviceGuard device_guard(input.device());  // (the kernel's checks ask the device)
-  return split_tf32_emits_relu_moments(input, weight, p);
+  return (path == ConvPath::kTransposedAsForwardSplitTf32 &&
+          split_tf32_emits_relu_moments(input, weight, p)) ||
+         (path == ConvPath::kTransposedAsForward &&
+          tf32_wgmma_emits_relu_moments(input, weight, p));
 }
 
 at::Tensor run_conv3d(const at::Tensor& unaligned_input, const at::Tensor& unaligned_weight,
@@ -572,6 +623,15 @@ at::Tensor run_conv3d(const at::Tensor& unaligned_input, const at::Tensor& unali
       break;
     }
     case ConvPath::kTransposedAsForward:
+      if (relu_channel_moments != nullptr && as_computed &&
+          consumer == ConvConsumer::kReluGroupNorm &&
+          tf32_wgmma_emits_relu_moments(input, weight, p)) {
+        // Our wgmma kernel with TF32 products and the GroupNorm's statistics (see the top of
+        // the file).
+        output = transposed_as_forward_split_tf32(input, weight, bias, p, relu_channel_moments,
+                                                  /*tf32_products=*/true);  // NDHWC
+        break;
+      }
       // NDHWC in, NDHWC out when the caller takes it so: cuDNN transposes an NCDHW input
       // itself (as fast as our transpose) and its output back (which the caller saves).
       output = transposed_as_forward(

@@ -47,6 +47,11 @@ size_t forward_workspace_bytes(const conv::Conv3dChannelsLastParams& p) {
 
 int forward_launch(const conv::Conv3dChannelsLastParams& p, void* workspace, void* stream) {
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  if (p.tf32_products) {  // (the host asks tf32_forward_supported)
+    return static_cast<int>(wgmma_conv_tf32_supported(p.conv)
+                                ? wgmma_conv_launch(p, workspace, cuda_stream)
+                                : cudaErrorInvalidValue);
+  }
   if (wgmma_conv_supported(p.conv)) {
     return static_cast<int>(wgmma_conv_launch(p, workspace, cuda_stream));
   }
@@ -95,6 +100,7 @@ const SplitTf32Conv3dCudaKernel split_tf32_conv3d_cuda{
     gpu::forward_kernel_name,
     {gpu::forward_workspace_bytes, gpu::forward_launch},
     gpu::wgmma_conv_relu_moments_supported,
+    gpu::wgmma_conv_tf32_supported,
     {gpu::weight_grad_workspace_bytes, gpu::weight_grad_launch},
     gpu::wgmma_wgrad_supported,
     {gpu::weight_grad_ncdhw_input_workspace_bytes, gpu::weight_grad_ncdhw_input_launch}};

@@ -29,15 +29,28 @@
 //   302 -> 190 instructions per consumer warp and K block, 400 -> 230 per producer warp;
 //   headline forward 2.85-2.89 -> 2.22-2.25 ms; benchmarks/h200-2026-11-26-wgmma-lean/).
 //
-// Plain TF32 (Tile::kSplit false; the check program's "tf32" rows, not used by the library):
-// one product per float32 product, both operands read by the tensor cores from shared memory
-// (x must hold TF32-rounded values, the weights tiles in the channels' own order), accumulated
-// by the tensor cores throughout. On an H100 at the headline it took 1.10-1.20 ms where cuDNN's
-// TF32 NDHWC convolution takes 0.84-0.95 ms (2026-11-26), so TF32 convolutions stay cuDNN's:
-// per K block the tensor cores have a third of the split's work, and the consumers mostly wait
-// for the producer's copies (Nsight Compute: 43% of the warp samples in the "full" waits): its
-// one warp per scheduler issues ~140 dependent instructions per K block. (The tensor memory
-// accelerator's im2col copies would take one; benchmarks/h100-2026-11-26-persistent-conv/.)
+// Plain TF32 (Tile::kSplit false: PyTorch's allow_tf32 mode, Conv3dChannelsLastParams::
+// tf32_products): one product per float32 product, both operands read by the tensor cores from
+// shared memory (x must hold TF32-rounded values, the weights tiles in the channels' own
+// order), accumulated by the tensor cores throughout. Copied as the split's (below), it took
+// 1.10-1.20 ms at the headline on an H100 where cuDNN's TF32 NDHWC convolution takes 0.81-0.85
+// ms: per K block the tensor cores have a third of the split's work, and the consumers waited
+// for the producer warpgroup's copies (~140 dependent instructions per K block). So its tiles
+// copy the activations by the tensor memory accelerator's im2col mode (Tile::kTmaIm2col: one
+// instruction per K block, by one thread; the map's bounding box gives the padding, zeros
+// outside x), and with that the weights' copies from L2 became the limit (each 128-row tile
+// reads the whole weight tensor again: as many bytes as its activations): clusters of blocks
+// share them (Tile::kCluster: each block copies 1 / kCluster of a weight tile into all of the
+// cluster's shared memories) and tiles of 256 rows (Tile::kMBlocks 2: two m64 blocks per
+// consumer warpgroup) serve twice the products per weight tile. Measured at the headline on an
+// H100 (2026-11-27, benchmarks/split_tf32_wgmma_check.cu, bitwise the same output as the
+// producer's copies in every configuration): 128 x 128 tiles 1.21 ms with the copies, 1.03-1.07
+// with im2col copies, 1.02 in clusters of 2, 0.90-0.93 in clusters of 4 (which leave 12 of the
+// 132 SMs idle); 256 x 128: 0.90 alone, 0.87 in clusters of 2 or 4 (321 TFLOP/s); 6 stages
+// instead of 4 (with the staged output in parts of 64 rows) did not help (1.13 ms at 128 x 128):
+// the copies' latency was not the limit. The library runs 256 x 128 (and 256 x 64 where C_out
+// <= 64: 1.13 ms on the input gradient's shape, cuDNN's 1.15) in clusters of 2
+// (split_tf32_wgmma_conv3d_cuda.cu).
 //
 // Accumulation: the tensor cores' float32 accumulation (wgmma's, measured on an H100) rounds
 // each instruction's sum with a bias (toward zero, about half an ulp of the accumulator per
@@ -46,11 +59,11 @@
 // one K block at a time (12 instructions) from zero, and float32 adds on the CUDA cores (round
 // to nearest) add the blocks: the bias is then relative to a block's sum, not the total's.
 //
-// Tiling and pipeline: a tile is kBM = 128 output positions (consecutive in the flattened M)
-// by kBN channels, computed in K blocks of 32 channels of one tap. The kernel is persistent:
-// a block per SM walks the tiles, so that its producer copies the next tile's first K blocks
-// while the last one's finish (the block's setup and its pipeline's filling were per tile:
-// 2.13-2.14 -> 2.04-2.05 ms at the headline on an H100, 2026-11-26). Four warpgroups
+// Tiling and pipeline: a tile is kBM = 128 output positions (256 with Tile::kMBlocks 2;
+// consecutive in the flattened M) by kBN channels, computed in K blocks of 32 channels of one tap.
+// The kernel is persistent: a block per SM walks the tiles, so that its producer copies the next
+// tile's first K blocks while the last one's finish (the block's setup and its pipeline's filling
+// were per tile: 2.13-2.14 -> 2.04-2.05 ms at the headline on an H100, 2026-11-26). Four warpgroups
 // (warp-specialized, as CUTLASS's sm90 kernels):
 //   - a producer warpgroup copies each K block's activation rows (cp.async, 16 bytes a copy,
 //     zero-filled in the padding and past C_in or M) and its weight tiles (one bulk copy, by
@@ -60,10 +73,14 @@
 //     conflict-free fragment loads); each thread publishes a slot on its "full" mbarrier once
 //     its own copies into it have landed (cp.async groups, kStages - 2 blocks behind its
 //     newest copies): the activations are read by the consumers' loads (no proxy fence; the
-//     weights' copy is the async proxy's own, as the tensor cores' reads) (StageRing);
-//   - two consumer warpgroups, each m64 x kBN accumulators (wgmma m64nBNk8), wait on a
-//     slot's "full" barrier, multiply, and release the slot on its "empty" barrier; at the
-//     tile's end they stage y = acc + bias in shared memory (OutTileHandoff) and go on;
+//     weights' copy is the async proxy's own, as the tensor cores' reads) (StageRing); with
+//     Tile::kTmaIm2col, its thread 0 alone issues both copies of a K block (the activations by
+//     the im2col tensor map, x_map), counted in bytes on the "full" barrier;
+//   - two consumer warpgroups, each kMBlocks x m64 x kBN accumulators (wgmma m64nBNk8), wait
+//     on a slot's "full" barrier, multiply, and release the slot on its "empty" barrier (in a
+//     cluster, on every block's: they all read that slot's weights); at the tile's end they
+//     stage y = acc + bias in shared memory (OutTileHandoff; the whole tile, or with the
+//     im2col copies one m64 block at a time) and go on;
 //   - an epilogue warpgroup stores the staged tile (whole rows, 16 bytes a lane) and, where
 //     asked for, its moments, while the consumers compute the next tile. (The consumers did
 //     this themselves, stores from the accumulators and the moments by shuffles: Nsight
@@ -74,17 +91,18 @@
 // and the epilogue warpgroup (which need few) to the consumers (setmaxnreg).
 //
 // Moments (tile_moments set: the ReLU -> GroupNorm consumer's statistics, so that no pass
-// reads y back for them): per row tile and sample it holds, the (mean, M2) of relu(y) per
-// channel, two passes over the staged column (the mean, then the squared deviations from it:
-// no E[v^2] - mean^2 cancellation); relu_moments_of_tiles_kernel combines the tiles per
-// (sample, channel) (in double). Rows are consecutive output positions, so a tile holds one
-// sample's rows, or two where it straddles a boundary (the host asks for the moments only
-// where a sample has at least kBM rows: wgmma_conv_relu_moments_supported).
+// reads y back for them): per staged part (Tile::kOutRows rows) and sample it holds, the (mean,
+// M2) of relu(y) per channel, two passes over the staged column (the mean, then the squared
+// deviations from it: no E[v^2] - mean^2 cancellation); relu_moments_of_tiles_kernel combines
+// the parts per (sample, channel) (in double). Rows are consecutive output positions, so a
+// part holds one sample's rows, or two where it straddles a boundary (the host asks for the
+// moments only where a sample has at least 128 rows: wgmma_conv_relu_moments_supported).
 #pragma once
 
 #include "common/cuda/device_info.cuh"
 #include "conv/conv_kernels.h"
 
+#include <cuda.h>  // CUtensorMap (the types only: the driver is reached through the runtime)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -121,8 +139,9 @@ struct WgmmaConvParams {
   const float* bias;  // C_out
   float* y;
   // Optional, null for none: per (row tile, segment 0/1, channel) the (mean, M2) of
-  // relu(y) over the tile's rows of its first / second sample, [ceil(M / 128)][2][C_out]
-  // (segment 1 written only by tiles that straddle samples). Needs spatial >= 128.
+  // relu(y) over the staged part's rows (Tile::kOutRows: a tile's 128, or 64 with the im2col
+  // copies) of its first / second sample, [ceil(M / kOutRows)][2][C_out] (segment 1 written
+  // only by parts that straddle samples). Needs spatial >= 128.
   float2* tile_moments;
   int64_t spatial;  // Do * Ho * Wo: rows per sample
 };
@@ -134,27 +153,52 @@ constexpr int kWgmmaConvBlockThreads = kWgmmaConvThreads + 128;
 constexpr int kWgmmaConvMaxBN = 128;      // the widest tile's channels
 constexpr int kWgmmaConvMaxTapBits = 32;  // kD + kH + kW at most (the rows' tap masks)
 
-template <int BN, int Stages, bool Split = true>
+template <int BN, int Stages, bool Split = true, bool TmaIm2col = false, int Cluster = 1,
+          int MBlocks = 1>
 struct WgmmaConvTile {
   static constexpr int kBN = BN, kStages = Stages;
   // Split TF32 (3 products per float32 product), else plain TF32 (one, as cuDNN's with TF32
-  // allowed; measured only, see "Plain TF32" above).
+  // allowed; see "Plain TF32" above).
   static constexpr bool kSplit = Split;
-  static constexpr int kBM = 128;  // two consumer warpgroups of m64
+  // The activation tiles copied by the tensor memory accelerator's im2col mode (one
+  // instruction per K block, by one producer thread; "Plain TF32" above) instead of the
+  // producer warpgroup's 16-byte copies. Plain TF32 only: the split products read the
+  // activations in their own K order (wgmma_conv_channel_of_k), which TMA does not permute.
+  static constexpr bool kTmaIm2col = TmaIm2col;
+  static_assert(!(Split && TmaIm2col), "the im2col copies feed the plain TF32 products");
+  // Blocks per cluster: the cluster's blocks take consecutive row tiles of one channel tile,
+  // and each copies 1 / kCluster of every K block's weight tile into all of their shared
+  // memories (multicast): the weights are then read from L2 once per cluster, not per block.
+  // With the im2col copies only (the producer is one thread).
+  static constexpr int kCluster = Cluster;
+  static_assert(Cluster == 1 || (TmaIm2col && (Cluster == 2 || Cluster == 4)),
+                "clusters of 2 or 4, with the im2col copies");
+  // m64 blocks per consumer warpgroup: 2 (kBM = 256) halves the weights' copies per product,
+  // with the im2col copies and plain TF32 only (the split's registers hold one).
+  static constexpr int kMBlocks = MBlocks;
+  static_assert(MBlocks == 1 || (MBlocks == 2 && TmaIm2col), "kBM = 256 with the im2col copies");
+  static constexpr int kBM = 128 * MBlocks;  // two consumer warpgroups of kMBlocks x m64
   static constexpr int kABytes = kBM * 128;
   static constexpr int kBBytes = kBN * 128;
   static constexpr int kBParts = kSplit ? 2 : 1;  // the weights' TF32 parts: high (and low)
   static constexpr int kStageBytes = kABytes + kBParts * kBBytes;
-  // The staged output tile (y = acc + bias, kBM rows of kBN floats): a row pitch of 8 modulo
-  // 32 words makes the consumers' 8-byte stores conflict-free (each half warp's 4 rows x 4
-  // column pairs cover the 32 banks) and keeps rows 16-byte aligned for the epilogue
-  // warpgroup's row reads; its column reads are conflict-free at any pitch.
-  static constexpr int kOutPitch = kBN + 8;
-  static constexpr int kOutBytes = kBM * kOutPitch * 4;
+  // The staged output (y = acc + bias, kOutRows rows of kBN floats): the whole tile, or, with
+  // the im2col copies, one m64 block of one consumer warpgroup at a time (the two take turns),
+  // which leaves room for the 4 stages of 48 KB of 256-row tiles (it costs the 128-row ones
+  // ~5%, the second warpgroup waiting for the first's part to be stored; their 6 stages that
+  // it also allows did not help: "Plain TF32" above). A row pitch of 8 modulo 32 words makes
+  // the consumers' 8-byte stores conflict-free (each half warp's 4 rows x 4 column pairs cover
+  // the 32 banks), 4 (two-way conflicts, once per part) where the 256-row tiles need the bytes;
+  // rows stay 16-byte aligned for the epilogue warpgroup's row reads; its column reads are
+  // conflict-free at any pitch.
+  static constexpr int kOutRows = TmaIm2col ? 64 : kBM;  // (parts: one (WG, m64 block) each)
+  static constexpr int kOutParts = kBM / kOutRows;       // staged parts per tile
+  static constexpr int kOutPitch = kBN + (TmaIm2col ? 4 : 8);
+  static constexpr int kOutBytes = kOutRows * kOutPitch * 4;
   // + 1 KB to align the ring to the 1024-byte swizzle atom
   static constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024;
-  // Static shared memory besides: the ring's mbarriers and the output tile's two.
-  static constexpr int kStaticSmemBytes = 2 * kStages * 8 + 2 * 8;
+  // Static shared memory besides: the ring's mbarriers and the staged output's three.
+  static constexpr int kStaticSmemBytes = 2 * kStages * 8 + 3 * 8;
   // Registers per thread after setmaxnreg (the block's 4 x 128 threads share 64 K): the
   // producer keeps 2 per activation row it copies (8 rows), the consumers their accumulators
   // and a K block's sums (kBN floats) and fragments (16 floats), the epilogue warpgroup a few
@@ -162,8 +206,10 @@ struct WgmmaConvTile {
   // products with 256 x 64 tiles, and were slower where they compiled:
   // benchmarks/split_tf32_wgmma_check.cu, 2026-11-25; with plain TF32 products they compiled
   // and were slower too, 2026-11-26.)
-  static constexpr int kProducerRegisters = 40;
-  static constexpr int kConsumerRegisters = 208;
+  // (Plain TF32's consumers hold only their accumulators: 16 registers more for the
+  // producer's thread of the im2col copies, which spilled its loop's state at 40 in clusters.)
+  static constexpr int kProducerRegisters = Split ? 40 : 56;
+  static constexpr int kConsumerRegisters = Split ? 208 : 200;
   static constexpr int kEpilogueRegisters = 56;
   static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024, "an sm_90 block's shared memory");
   static_assert(kProducerRegisters + 2 * kConsumerRegisters + kEpilogueRegisters <= 512,
@@ -250,6 +296,36 @@ __device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* sr
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
+// bulk_copy_to_shared into the same offset of the shared memory of every block of the
+// cluster in `cta_mask`, completing on each one's mbarrier at `bar`'s offset.
+__device__ __forceinline__ void bulk_copy_to_cluster(uint32_t dst, const void* src, uint32_t bytes,
+                                                     uint32_t bar, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+// Every thread of the cluster's blocks: arrive (releasing its writes) and wait for all.
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// The im2col copy of the tensor memory accelerator (x_map: make_x_im2col_map): kBM
+// consecutive output positions' rows of 32 channels from channel `c`, the first position's
+// window corner at (w, h, d) of sample n (negative in the padding), each row shifted by the
+// tap's offsets (ow, oh, od) within the window; zeros outside x (padding, channels past C_in,
+// positions past the last sample), 128-byte swizzled as the map says; completes on `bar`.
+__device__ __forceinline__ void im2col_copy_to_shared(uint32_t dst, const CUtensorMap* x_map,
+                                                      int32_t c, int32_t w, int32_t h, int32_t d,
+                                                      int32_t n, uint16_t ow, uint16_t oh,
+                                                      uint16_t od, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6, %7}], [%2], {%8, %9, %10};\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(x_map)), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(d), "r"(n),
+      "h"(ow), "h"(oh), "h"(od)
+      : "memory");
+}
 // Byte offset of element (row, col) in a 128-byte-swizzled tile of 32-float rows.
 __device__ __forceinline__ uint32_t swizzled(int row, int col) {
   return static_cast<uint32_t>(row * 128 + ((((col >> 2) ^ (row & 7)) << 4) | ((col & 3) << 2)));
@@ -327,10 +403,15 @@ struct StageRing {
 
   // By one thread, before a __syncthreads. (extra_full_arrivals: a thread that issues bulk
   // copies arrives once more per block, expecting their bytes.)
-  __device__ void init(uint32_t extra_full_arrivals = 0) const {
+  // (producer_threads: 0 where thread 0 issues every copy of a block, by the copy engine: its
+  // extra arrival is then the only one.)
+  // (consumer_arrivals: 8 * blocks where a warp's lane 0 arrives for the warp, on the barriers
+  // of every block of its cluster: consumer_release_cluster.)
+  __device__ void init(uint32_t extra_full_arrivals = 0, uint32_t producer_threads = 128,
+                       uint32_t consumer_arrivals = 256) const {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(smem_u32(&full[s]), 128 + extra_full_arrivals);  // the producer's threads
-      mbarrier_init(smem_u32(&empty[s]), 256);                       // the consumers' threads
+      mbarrier_init(smem_u32(&full[s]), producer_threads + extra_full_arrivals);
+      mbarrier_init(smem_u32(&empty[s]), consumer_arrivals);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -367,6 +448,48 @@ struct StageRing {
   __device__ void consumer_release(int kb) const {
     mbarrier_arrive(smem_u32(&empty[kb % kStages]));
   }
+  // The same where the slot is filled for all kCluster blocks of a cluster at once (multicast
+  // copies): once the warp is done with it, its lane 0 arrives on the slot's "empty" barrier
+  // in every block of the cluster.
+  template <int kCluster>
+  __device__ void consumer_release_cluster(int kb) const {
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) {
+      const uint32_t bar = smem_u32(&empty[kb % kStages]);
+#pragma unroll
+      for (int rank = 0; rank < kCluster; ++rank) {
+        asm volatile(
+            "{\n"
+            ".reg .b32 remote;\n"
+            "mapa.shared::cluster.u32 remote, %0, %1;\n"
+            "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+            "}\n" ::"r"(bar),
+            "r"(rank)
+            : "memory");
+      }
+    }
+  }
+};
+
+// The producers' K block: its tap (tt, tr, ts) and chunk of 32 input channels, stepped in the
+// K loop's order without divisions (the next chunk of channels, else the next tap).
+struct KBlockCursor {
+  int tt = 0, tr = 0, ts = 0, c_chunk = 0;
+  // To the next K block; whether its tap is another.
+  __device__ bool next(int c_chunks, int kH, int kW) {
+    if (++c_chunk < c_chunks) {
+      return false;
+    }
+    c_chunk = 0;
+    if (++ts == kW) {
+      ts = 0;
+      if (++tr == kH) {
+        tr = 0;
+        ++tt;
+      }
+    }
+    return true;
+  }
 };
 
 // Over rows [lo, hi) of a staged column (pitch kPitch floats): the sum of relu(v) - center,
@@ -388,63 +511,152 @@ __device__ __forceinline__ float sum_column_rows(const float* column, int lo, in
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
-// The staged output tile between the consumer warpgroups and the epilogue warpgroup: for the
-// block's u-th tile the consumers wait for it to be free (the epilogue warpgroup's 128
-// arrivals on `free` for tile u - 1), fill it and arrive on `full` (256 arrivals), on which
-// the epilogue warpgroup waits. mbarriers: the arrivals release the writes (or reads) before
-// them, the waits acquire them.
+// The staged output between the consumer warpgroups and the epilogue warpgroup, in parts:
+//   - one part a tile (kParts 1), written by both consumer warpgroups: for the block's u-th
+//     tile they wait for the buffer to be free (the epilogue warpgroup's 128 arrivals on
+//     free[0] for tile u - 1), fill it and arrive on `full` (256 arrivals);
+//   - parts of 64 rows (kParts 2 or 4): part h of the block's sequence written by consumer
+//     warpgroup h % 2 alone (128 arrivals on `full`), the two taking turns; the epilogue
+//     warpgroup arrives on free[h % 2] once done with part h, and the writer of part h + 1
+//     (the other warpgroup) waits for that. Each warpgroup so waits for every phase of its
+//     peer's barrier in turn (a parity wait cannot tell a phase from the one two later; with
+//     one barrier, a warpgroup staging its two blocks back to back skipped its peer's phase).
+// The epilogue warpgroup waits for every phase of `full` in turn. mbarriers: the arrivals
+// release the writes (or reads) before them, the waits acquire them.
+template <int kParts>
 struct OutTileHandoff {
   uint64_t* full;
-  uint64_t* free;
+  uint64_t* free;                 // [2]
   __device__ void init() const {  // by one thread, before a __syncthreads
-    mbarrier_init(smem_u32(full), 256);
-    mbarrier_init(smem_u32(free), 128);
+    mbarrier_init(smem_u32(full), kParts == 1 ? 256 : 128);
+    mbarrier_init(smem_u32(&free[0]), 128);
+    mbarrier_init(smem_u32(&free[1]), 128);
   }
-  __device__ void consumer_wait_free(int u) const {
-    if (u > 0) {
-      mbarrier_wait(smem_u32(free), (u - 1) & 1);
+  // Before consumer warpgroup wg fills part h (the tile's, or its block's): the epilogue is
+  // done with the part before. `waited`: this thread's waits so far (its peer's phases seen).
+  __device__ void consumer_wait_free(int h, int wg, int& waited) const {
+    if (h > 0) {
+      mbarrier_wait(smem_u32(&free[kParts == 1 ? 0 : 1 - wg]), waited & 1);
+      ++waited;
     }
   }
   __device__ void consumer_arrive_full() const { mbarrier_arrive(smem_u32(full)); }
-  __device__ void epilogue_wait_full(int u) const { mbarrier_wait(smem_u32(full), u & 1); }
-  __device__ void epilogue_arrive_free() const { mbarrier_arrive(smem_u32(free)); }
+  __device__ void epilogue_wait_full(int h) const { mbarrier_wait(smem_u32(full), h & 1); }
+  __device__ void epilogue_arrive_free(int h) const {
+    mbarrier_arrive(smem_u32(&free[kParts == 1 ? 0 : h % 2]));
+  }
 };
 
 #endif  // FUSED_OPS_WGMMA_ENABLED
 
 }  // namespace wgmma_conv_detail
 
+// x_map: x's im2col tensor map where Tile::kTmaIm2col (make_x_im2col_map), else unused.
 template <typename Tile>
 __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
-    split_tf32_wgmma_conv3d_kernel(const WgmmaConvParams p) {
+    split_tf32_wgmma_conv3d_kernel(const WgmmaConvParams p,
+                                   const __grid_constant__ CUtensorMap x_map) {
 #ifdef FUSED_OPS_WGMMA_ENABLED
   using namespace wgmma_conv_detail;
   constexpr int kBN = Tile::kBN, kStages = Tile::kStages, kBM = Tile::kBM;
   constexpr int kAcc = kBN / 2;  // accumulator floats per thread
 
   extern __shared__ uint8_t smem_raw[];
-  __shared__ uint64_t full_bar[kStages], empty_bar[kStages], out_bar[2];
+  __shared__ uint64_t full_bar[kStages], empty_bar[kStages], out_bar[3];
   const StageRing<kStages, false> ring{full_bar, empty_bar};
-  const OutTileHandoff out_handoff{&out_bar[0], &out_bar[1]};
+  const OutTileHandoff<Tile::kOutParts> out_handoff{&out_bar[0], &out_bar[1]};
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_base - smem_u32(smem_raw));
-  // The staged output tile, after the ring: [kBM][kOutPitch] floats.
+  // The staged output, after the ring: [kOutRows][kOutPitch] floats.
   float* const out_tile = reinterpret_cast<float*>(smem + kStages * Tile::kStageBytes);
 
   const int tid = threadIdx.x;
-  // Persistent: block b takes tiles b, b + gridDim.x, ...; tile t is row tile t / n_tiles and
-  // channel tile t % n_tiles (the channel tiles of a row tile run side by side: x is read
-  // from L2 once for them). The ring's K blocks are counted over all of the block's tiles.
+  // Persistent: the tiles in groups of kCluster consecutive row tiles of one channel tile;
+  // cluster c (block b alone where kCluster is 1) takes groups c, c + clusters, ...; group g
+  // is row tiles (g / n_tiles) * kCluster + rank (the block's rank in its cluster) of channel
+  // tile g % n_tiles (the channel tiles of a row tile run side by side: x is read from L2 once
+  // for them). A row tile past M (the last group's, with clusters) is computed on clamped
+  // rows and not stored. The ring's K blocks are counted over all of the block's tiles.
+  constexpr int kCluster = Tile::kCluster;
   const int n_tiles = static_cast<int>((p.C_out + kBN - 1) / kBN);
-  const int64_t tiles = (p.M + kBM - 1) / kBM * n_tiles;
+  const int64_t row_tiles = (p.M + kBM - 1) / kBM;
+  const int64_t groups = (row_tiles + kCluster - 1) / kCluster * n_tiles;
+  const int64_t first_group = blockIdx.x / kCluster, group_step = gridDim.x / kCluster;
+  const int rank = static_cast<int>(blockIdx.x % kCluster);
+  const auto row_tile_of = [&](int64_t group) { return group / n_tiles * kCluster + rank; };
+  // All the cluster's threads meet before leaving: the other blocks may still copy into this
+  // one's shared memory, or arrive on its barriers.
+  const auto finish = [] {
+    if constexpr (kCluster > 1) {
+      cluster_sync_all();
+    }
+  };
   const int c_chunks = static_cast<int>(p.c_chunks);
   const int k_blocks = static_cast<int>(p.kD * p.kH * p.kW) * c_chunks;
 
   if (tid == 0) {
-    ring.init(/*extra_full_arrivals=*/1);  // thread 0's bulk copy of the weights
+    // Thread 0's bulk copy of the weights (and, with the im2col copies, of the activations:
+    // then it is the producer's only thread).
+    ring.init(/*extra_full_arrivals=*/1, /*producer_threads=*/Tile::kTmaIm2col ? 0 : 128,
+              /*consumer_arrivals=*/kCluster > 1 ? 8 * kCluster : 256);
     out_handoff.init();
   }
-  __syncthreads();
+  if constexpr (kCluster > 1) {
+    cluster_sync_all();  // every block's barriers initialized before any copy or arrival
+  } else {
+    __syncthreads();
+  }
+
+  if (Tile::kTmaIm2col && tid < 128) {
+    // ---- Producer, im2col copies: thread 0 issues each K block's two copies (the activation
+    // tile by the tensor map, the weight tile by a bulk copy), both completing on the slot's
+    // "full" barrier in bytes; the rest of the warpgroup only gives its registers back.
+    cutlass::arch::warpgroup_reg_dealloc<Tile::kProducerRegisters>();
+    if (tid != 0) {
+      finish();
+      return;
+    }
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&x_map)) : "memory");
+    constexpr int kBTileFloats = kBN * kWgmmaConvBK;
+    const int kH = static_cast<int>(p.kH), kW = static_cast<int>(p.kW);
+    const int64_t Wo = p.Wo, Ho = p.Ho, Do = p.Do;
+    int kb = 0;
+    for (int64_t group = first_group; group < groups; group += group_step) {
+      const int64_t m0 = min(row_tile_of(group), row_tiles - 1) * kBM;  // (clamped: not stored)
+      const int n_tile = static_cast<int>(group % n_tiles);
+      // The tile's first output position, and its window's corner in x.
+      const int64_t q = m0 % Wo, r = m0 / Wo % Ho, z = m0 / (Wo * Ho) % Do, n = m0 / (Wo * Ho * Do);
+      const int32_t corner_w = static_cast<int32_t>(q * p.stride[2] - p.padding[2]);
+      const int32_t corner_h = static_cast<int32_t>(r * p.stride[1] - p.padding[1]);
+      const int32_t corner_d = static_cast<int32_t>(z * p.stride[0] - p.padding[0]);
+      const float* w_tile = p.w_tiles + static_cast<int64_t>(n_tile) * kBTileFloats;
+      const int64_t w_tile_step = static_cast<int64_t>(n_tiles) * kBTileFloats;
+      KBlockCursor at;
+      for (int j = 0; j < k_blocks; ++j, ++kb, w_tile += w_tile_step, at.next(c_chunks, kH, kW)) {
+        const int slot = kb % kStages;
+        ring.producer_acquire(kb);
+        const uint32_t full = smem_u32(&full_bar[slot]);
+        const uint32_t stage = smem_base + slot * Tile::kStageBytes;
+        mbarrier_arrive_expect_bytes(full, Tile::kABytes + kBTileFloats * 4);
+        im2col_copy_to_shared(stage, &x_map, at.c_chunk * kWgmmaConvBK, corner_w, corner_h,
+                              corner_d, static_cast<int32_t>(n),
+                              static_cast<uint16_t>(at.ts * p.dilation[2]),
+                              static_cast<uint16_t>(at.tr * p.dilation[1]),
+                              static_cast<uint16_t>(at.tt * p.dilation[0]), full);
+        if constexpr (kCluster > 1) {
+          // This block's share of the weight tile (rows rank * kBN / kCluster ..), to all.
+          constexpr int kShareBytes = kBTileFloats * 4 / kCluster;
+          bulk_copy_to_cluster(stage + Tile::kABytes + rank * kShareBytes,
+                               w_tile + rank * (kBTileFloats / kCluster), kShareBytes, full,
+                               static_cast<uint16_t>((1u << kCluster) - 1));
+        } else {
+          bulk_copy_to_shared(stage + Tile::kABytes, w_tile, kBTileFloats * 4, full);
+        }
+      }
+    }
+    finish();
+    return;
+  }
 
   if (tid < 128) {
     // ---- Producer: thread tid copies 16-byte chunk (tid % 8) of rows tid / 8 + 16 i.
@@ -470,9 +682,9 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
     const uint32_t dst_in_tile =
         static_cast<uint32_t>(row_base * 128 + ((chunk ^ (row_base & 7)) << 4));
     int kb = 0;  // the ring's K block, over all tiles
-    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int64_t m0 = tile / n_tiles * kBM;
-      const int n_tile = static_cast<int>(tile % n_tiles);
+    for (int64_t group = first_group; group < groups; group += group_step) {
+      const int64_t m0 = row_tile_of(group) * kBM;  // (no clusters here: inside M)
+      const int n_tile = static_cast<int>(group % n_tiles);
       // Each activation row's window: the offset of its corner (tap 0) in x, in elements,
       // modulo 2^32 (negative in the padding; see "Offsets" above), and which taps of each dim
       // fall inside x (bits 0.. of the D taps, then the H taps, then the W taps:
@@ -511,7 +723,7 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
       // K block j's is B tile j * n_tiles + n_tile.
       const float* w_tile = p.w_tiles + static_cast<int64_t>(n_tile) * kBTileFloats;
       const int64_t w_tile_step = static_cast<int64_t>(n_tiles) * kBTileFloats;
-      int tt = 0, tr = 0, ts = 0, c_chunk = 0;
+      KBlockCursor at;
       uint32_t tap_offset = 0;
       for (int j = 0; j < k_blocks; ++j, ++kb, w_tile += w_tile_step) {
         const int slot = kb % kStages;
@@ -523,8 +735,8 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
                               kBTileFloats * 4, full);
         }
         // The tap's bits in the masks (the same for every row).
-        const uint32_t tap_bits = (1u << tt) | (1u << (kD + tr)) | (1u << (kD + kH + ts));
-        const int c = c_chunk * kWgmmaConvBK + chunk * 4;
+        const uint32_t tap_bits = (1u << at.tt) | (1u << (kD + at.tr)) | (1u << (kD + kH + at.ts));
+        const int c = at.c_chunk * kWgmmaConvBK + chunk * 4;
         const bool c_valid = c < C_in;
         const uint32_t a_smem = smem_base + slot * Tile::kStageBytes + dst_in_tile;
 #pragma unroll
@@ -535,17 +747,9 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
         }
         cp_async_commit();
         ring.producer_publish(kb);
-        // The next K block: the next chunk of channels, else the next tap.
-        if (++c_chunk == c_chunks) {
-          c_chunk = 0;
-          if (++ts == kW) {
-            ts = 0;
-            if (++tr == kH) {
-              tr = 0;
-              ++tt;
-            }
-          }
-          tap_offset = tt * tap_step[0] + tr * tap_step[1] + ts * tap_step[2];  // (unsigned)
+        if (at.next(c_chunks, kH, kW)) {  // the next K block: another tap
+          tap_offset =
+              at.tt * tap_step[0] + at.tr * tap_step[1] + at.ts * tap_step[2];  // (unsigned)
         }
       }
     }
@@ -562,21 +766,25 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
     constexpr int kLanesPerRow = kBN / 4, kRowsPerStep = 4 * (32 / kLanesPerRow);
     const int row_in_step = ewarp * (32 / kLanesPerRow) + elane / kLanesPerRow;
     const int col4 = 4 * (elane % kLanesPerRow);
-    int u = 0;  // the block's tile count
-    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++u) {
-      const int64_t m0 = tile / n_tiles * kBM;
-      const int n0 = static_cast<int>(tile % n_tiles) * kBN;
-      const int64_t rows = min(static_cast<int64_t>(kBM), p.M - m0);
+    constexpr int kOutRows = Tile::kOutRows;
+    int u = 0;  // the block's staged parts
+    for (int64_t part = first_group * Tile::kOutParts; part < groups * Tile::kOutParts; ++u) {
+      const int64_t group = part / Tile::kOutParts;
+      const int64_t m0 = row_tile_of(group) * kBM + part % Tile::kOutParts * kOutRows;
+      const int n0 = static_cast<int>(group % n_tiles) * kBN;
+      const int64_t rows = min(static_cast<int64_t>(kOutRows), p.M - m0);  // <= 0: past M
+      // The next part: this tile's next, else the block's next tile's first.
+      part = (part + 1) % Tile::kOutParts != 0 ? part + 1 : (group + group_step) * Tile::kOutParts;
       out_handoff.epilogue_wait_full(u);
-      if (n0 + col4 < p.C_out) {  // C_out is a multiple of 4: all 4 columns or none
+      if (rows > 0 && n0 + col4 < p.C_out) {  // C_out is a multiple of 4: all 4 columns or none
         for (int r = row_in_step; r < rows; r += kRowsPerStep) {
           *reinterpret_cast<float4*>(p.y + (m0 + r) * p.C_out + n0 + col4) =
               *reinterpret_cast<const float4*>(out_tile + r * Tile::kOutPitch + col4);
         }
       }
-      if (p.tile_moments != nullptr && etid < kBN && n0 + etid < p.C_out) {
-        // Per sample the tile's rows hold (one, or two where it straddles a boundary: the
-        // host asks for the moments only where a sample has at least kBM rows), two passes
+      if (p.tile_moments != nullptr && rows > 0 && etid < kBN && n0 + etid < p.C_out) {
+        // Per sample the part's rows hold (one, or two where it straddles a boundary: the
+        // host asks for the moments only where a sample has at least 128 rows), two passes
         // over the column in shared memory: the mean, then the sum of squared deviations
         // from it (no E[v^2] - mean^2 cancellation), each summed in 8 interleaved float sums
         // added pairwise (a sum of up to 128 terms in order was ~5x further from float64;
@@ -592,11 +800,13 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
           const float mean =
               sum_column_rows<Tile::kOutPitch>(column, lo, hi, 0.f, false) / (hi - lo);
           const float m2 = sum_column_rows<Tile::kOutPitch>(column, lo, hi, mean, true);
-          p.tile_moments[(m0 / kBM * 2 + segment) * p.C_out + n0 + etid] = make_float2(mean, m2);
+          p.tile_moments[(m0 / kOutRows * 2 + segment) * p.C_out + n0 + etid] =
+              make_float2(mean, m2);
         }
       }
-      out_handoff.epilogue_arrive_free();
+      out_handoff.epilogue_arrive_free(u);
     }
+    finish();
     return;
   }
 
@@ -611,13 +821,16 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
   const int frag_row0 = wg * 64 + (warp & 3) * 16 + g;
   const uint32_t frag_chunk[2] = {swizzled(frag_row0, 8 * t), swizzled(frag_row0, 8 * t + 4)};
 
-  int kb = 0;  // the ring's K block, over all tiles
-  int u = 0;   // the block's tile count
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++u) {
-    const int n0 = static_cast<int>(tile % n_tiles) * kBN;
-    float acc[kAcc];
+  int kb = 0;          // the ring's K block, over all tiles
+  int u = 0;           // the block's tile count
+  int free_waits = 0;  // (OutTileHandoff::consumer_wait_free)
+  for (int64_t group = first_group; group < groups; group += group_step, ++u) {
+    const int n0 = static_cast<int>(group % n_tiles) * kBN;
+    // Block i's accumulators: acc[i * kAcc ..], rows (2 i + wg) * 64 .. of the tile.
+    constexpr int kMBlocks = Tile::kMBlocks;
+    float acc[kMBlocks * kAcc];
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
+    for (int i = 0; i < kMBlocks * kAcc; ++i) {
       acc[i] = 0.f;
     }
 
@@ -676,38 +889,52 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
         add_block_sum(acc, partial);
       }
     } else {
+      const auto release = [&](int block) {
+        if constexpr (kCluster > 1) {
+          ring.template consumer_release_cluster<kCluster>(block);
+        } else {
+          ring.consumer_release(block);
+        }
+      };
       // Plain TF32: both operands from shared memory (x and the weights already TF32 values,
       // in the channels' own order), into `acc` directly (TF32's rounding of the operands,
       // ~2^-11 relative, dwarfs the accumulation's bias). One K block's products stay in
       // flight while the next block's are issued; a slot is released once its products are
       // done. (The proxy fence: x's tile was written by ordinary copies.)
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) {
+      for (int i = 0; i < kMBlocks * kAcc; ++i) {
         cute::warpgroup_fence_operand(acc[i]);
       }
       for (int j = 0; j < k_blocks; ++j, ++kb) {
         const int slot = kb % kStages;
         ring.consumer_wait(kb);
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if constexpr (!Tile::kTmaIm2col) {  // (the copy engine's writes need none)
+          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        }
         const uint32_t stage = smem_base + slot * Tile::kStageBytes;
-        const uint64_t desc_a = k_major_sw128_desc(stage + wg * 64 * 128);  // this WG's rows
         const uint64_t desc_b = k_major_sw128_desc(stage + Tile::kABytes);
         cute::warpgroup_arrive();
 #pragma unroll
-        for (int kk = 0; kk < kWgmmaConvBK / 8; ++kk) {
-          const uint64_t k_step = static_cast<uint64_t>(kk * 2);  // 32 bytes, in 16s
-          wgmma_ss<kBN>(acc, desc_a + k_step, desc_b + k_step, std::make_index_sequence<kAcc>{});
+        for (int i = 0; i < kMBlocks; ++i) {
+          // This WG's rows of block i.
+          const uint64_t desc_a = k_major_sw128_desc(stage + (2 * i + wg) * 64 * 128);
+#pragma unroll
+          for (int kk = 0; kk < kWgmmaConvBK / 8; ++kk) {
+            const uint64_t k_step = static_cast<uint64_t>(kk * 2);  // 32 bytes, in 16s
+            wgmma_ss<kBN>(acc + i * kAcc, desc_a + k_step, desc_b + k_step,
+                          std::make_index_sequence<kAcc>{});
+          }
         }
         cute::warpgroup_commit_batch();
         cute::warpgroup_wait<1>();  // the previous block's products are done
         if (j > 0) {
-          ring.consumer_release(kb - 1);
+          release(kb - 1);
         }
       }
       cute::warpgroup_wait<0>();
-      ring.consumer_release(kb - 1);
+      release(kb - 1);
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) {
+      for (int i = 0; i < kMBlocks * kAcc; ++i) {
         cute::warpgroup_fence_operand(acc[i]);
       }
     }
@@ -720,25 +947,97 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
       const int col = n0 + 8 * j + 2 * t;
       if (col < p.C_out) {  // C_out is even: both columns or neither
         const float2 b = *reinterpret_cast<const float2*>(p.bias + col);
-        acc[4 * j] += b.x, acc[4 * j + 1] += b.y, acc[4 * j + 2] += b.x, acc[4 * j + 3] += b.y;
+#pragma unroll
+        for (int i = 0; i < kMBlocks; ++i) {
+          float* const a = acc + i * kAcc + 4 * j;
+          a[0] += b.x, a[1] += b.y, a[2] += b.x, a[3] += b.y;
+        }
       }
     }
-    // Staged for the epilogue warpgroup, once it is done with the last tile's.
-    out_handoff.consumer_wait_free(u);
+    // Staged for the epilogue warpgroup, once it is done with the last part: the tile, or
+    // (parts of 64 rows) block i of this warpgroup as part 2 i + wg.
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float* const out_row = out_tile + (frag_row0 + 8 * half) * Tile::kOutPitch + 2 * t;
+    for (int i = 0; i < kMBlocks; ++i) {
+      out_handoff.consumer_wait_free(Tile::kOutParts == 1 ? u : u * Tile::kOutParts + 2 * i + wg,
+                                     wg, free_waits);
+      const int out_row0 = Tile::kOutParts == 1 ? frag_row0 : (warp & 3) * 16 + g;
 #pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        *reinterpret_cast<float2*>(out_row + 8 * j) =
-            make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+      for (int half = 0; half < 2; ++half) {
+        float* const out_row = out_tile + (out_row0 + 8 * half) * Tile::kOutPitch + 2 * t;
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+          const float* const a = acc + i * kAcc + 4 * j + 2 * half;
+          *reinterpret_cast<float2*>(out_row + 8 * j) = make_float2(a[0], a[1]);
+        }
       }
+      out_handoff.consumer_arrive_full();
     }
-    out_handoff.consumer_arrive_full();
   }
+  finish();
 #else
   __trap();  // built without sm_90a code: the host never launches it (wgmma_conv_available)
 #endif
+}
+
+// Whether x's im2col tensor map (make_x_im2col_map) can describe the convolution: x 16-byte
+// aligned with rows of a multiple of 4 channels, and the limits of the im2col mode with three
+// spatial dims: the bounding box's corners (-padding and padding - dilation * (k - 1)) in
+// [-16, 15], the taps' offsets (dilation * (k - 1)) below 32, traversal strides of at most 8.
+inline bool x_im2col_map_supported(const WgmmaConvParams& p) {
+  const int64_t k[3] = {p.kD, p.kH, p.kW};
+  for (int i = 0; i < 3; ++i) {
+    const int64_t lower = -p.padding[i], upper = p.padding[i] - p.dilation[i] * (k[i] - 1);
+    if (lower < -16 || lower > 15 || upper < -16 || upper > 15 ||
+        p.dilation[i] * (k[i] - 1) >= 32 || p.stride[i] < 1 || p.stride[i] > 8) {
+      return false;
+    }
+  }
+  return p.C_in % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
+}
+
+// x's (NDHWC) tensor map for the im2col copies of the kernel's activation tiles: per copy
+// `pixels` (the tile's kBM) output positions by 32 channels, 128-byte swizzled as the wgmma
+// descriptors read them, zeros outside x. By the driver's cuTensorMapEncodeIm2col, reached through
+// the runtime (the library does not link the driver).
+inline cudaError_t make_x_im2col_map(const WgmmaConvParams& p, int pixels, CUtensorMap* map) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                              const cuuint64_t*, const cuuint64_t*, const int*, const int*,
+                              cuuint32_t, cuuint32_t, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      fn = nullptr;
+    }
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr || !x_im2col_map_supported(p)) {
+    return cudaErrorNotSupported;
+  }
+  const cuuint64_t dims[5] = {static_cast<cuuint64_t>(p.C_in), static_cast<cuuint64_t>(p.W),
+                              static_cast<cuuint64_t>(p.H), static_cast<cuuint64_t>(p.D),
+                              static_cast<cuuint64_t>(p.N)};
+  const cuuint64_t strides[4] = {dims[0] * 4, dims[0] * dims[1] * 4,
+                                 dims[0] * dims[1] * dims[2] * 4,
+                                 dims[0] * dims[1] * dims[2] * dims[3] * 4};  // bytes, dims 1..4
+  // The box of window corners (W, H, D): from -padding to the last output's corner.
+  const int lower[3] = {static_cast<int>(-p.padding[2]), static_cast<int>(-p.padding[1]),
+                        static_cast<int>(-p.padding[0])};
+  const int upper[3] = {static_cast<int>(p.padding[2] - p.dilation[2] * (p.kW - 1)),
+                        static_cast<int>(p.padding[1] - p.dilation[1] * (p.kH - 1)),
+                        static_cast<int>(p.padding[0] - p.dilation[0] * (p.kD - 1))};
+  const cuuint32_t element_strides[5] = {1, static_cast<cuuint32_t>(p.stride[2]),
+                                         static_cast<cuuint32_t>(p.stride[1]),
+                                         static_cast<cuuint32_t>(p.stride[0]), 1};
+  const CUresult r =
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, const_cast<float*>(p.x), dims, strides, lower,
+             upper, /*channelsPerPixel=*/kWgmmaConvBK, /*pixelsPerColumn=*/pixels, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 // Runs the kernel with `Tile` on weights already split into its B tiles (p.w_tiles).
@@ -758,10 +1057,46 @@ cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_
   if (sms == 0) {
     return cudaErrorInvalidDevice;  // (the device query failed)
   }
-  const int64_t tiles = (p.M + Tile::kBM - 1) / Tile::kBM * ((p.C_out + Tile::kBN - 1) / Tile::kBN);
-  const unsigned grid = static_cast<unsigned>(tiles < sms ? tiles : sms);
-  kernel<<<grid, kWgmmaConvBlockThreads, Tile::kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  CUtensorMap x_map{};
+  if constexpr (Tile::kTmaIm2col) {
+    const cudaError_t m = make_x_im2col_map(p, Tile::kBM, &x_map);
+    if (m != cudaSuccess) {
+      return m;
+    }
+  }
+  // Groups of Tile::kCluster row tiles (see the kernel), a cluster per group at most.
+  constexpr int kCluster = Tile::kCluster;
+  const int64_t groups = ((p.M + Tile::kBM - 1) / Tile::kBM + kCluster - 1) / kCluster *
+                         ((p.C_out + Tile::kBN - 1) / Tile::kBN);
+  if constexpr (kCluster == 1) {
+    const unsigned grid = static_cast<unsigned>(groups < sms ? groups : sms);
+    kernel<<<grid, kWgmmaConvBlockThreads, Tile::kSmemBytes, stream>>>(p, x_map);
+    return cudaGetLastError();
+  } else {
+    cudaLaunchConfig_t config{};
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = kCluster;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.blockDim = dim3(kWgmmaConvBlockThreads);
+    config.dynamicSmemBytes = Tile::kSmemBytes;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    config.gridDim = dim3(static_cast<unsigned>(sms / kCluster * kCluster));
+    int clusters = 0;  // as many as run at once (the GPCs' sizes may leave SMs out)
+    cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+    if (e != cudaSuccess) {
+      return e;
+    }
+    if (clusters <= 0) {
+      return cudaErrorInvalidConfiguration;
+    }
+    config.gridDim =
+        dim3(static_cast<unsigned>((groups < clusters ? groups : clusters) * kCluster));
+    return cudaLaunchKernelEx(&config, kernel, p, x_map);
+  }
 }
 
 // Host side (split_tf32_wgmma_conv3d_cuda.cu). Whether the current device runs this kernel (and
@@ -775,6 +1110,10 @@ bool wgmma_conv_supported(const conv::Conv3dShape& s);
 // relu_channel_moments) for this shape: where it takes the shape and a row tile's 128 rows
 // hold at most two samples (Do * Ho * Wo >= 128).
 bool wgmma_conv_relu_moments_supported(const conv::Conv3dShape& s);
+// Whether it runs the shape with plain TF32 products (Conv3dChannelsLastParams::tf32_products),
+// the ReLU -> GroupNorm statistics included: on the im2col-copy tiles (make_x_im2col_map's
+// limits), where a sample has at least 128 rows.
+bool wgmma_conv_tf32_supported(const conv::Conv3dShape& s);
 // The split weights' B tiles (room for either tile width), and the row tiles' moments where
 // asked for, in bytes.
 size_t wgmma_conv_workspace_bytes(const conv::Conv3dChannelsLastParams& p);

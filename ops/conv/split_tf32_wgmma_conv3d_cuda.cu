@@ -22,6 +22,13 @@ namespace {
 // convolution). benchmarks/split_tf32_wgmma_check.cu times them and others.
 using WideTile = WgmmaConvTile<128, 3>;
 using NarrowTile = WgmmaConvTile<64, 4>;
+// Plain TF32 products (tf32_products): 256 positions x 128 (or 64) channels in 4 (5) stages of
+// 48 (40) KB, the activations by im2col copies, clusters of 2 blocks sharing the weight tiles.
+// At the headline on an H100 (2026-11-27, the check program): 0.866 ms where cuDNN's TF32
+// NDHWC convolution takes 0.81-0.85 (128 x 128 tiles: 1.03 ms alone, 0.93 in clusters of 4),
+// its input gradient's shape (64 channels) 1.127 ms where cuDNN's takes 1.15.
+using Tf32WideTile = WgmmaConvTile<128, 4, false, true, 2, 2>;
+using Tf32NarrowTile = WgmmaConvTile<64, 5, false, true, 2, 2>;
 
 bool narrow(const conv::Conv3dShape& s) { return s.C_out <= 64; }
 
@@ -81,20 +88,19 @@ __global__ void split_tf32_weights_kernel(const float* __restrict__ w, WgmmaConv
 }
 
 // Per (sample n, channel c): the moments of relu(y) over the sample's rows, from the conv
-// kernel's per-(row tile, segment) (mean, M2) pairs (tile_moments; row tile b holds rows
-// [b * 128, (b + 1) * 128) of the flattened M, and is the sample's segment 1 where it begins
-// in the sample before). A block per (sample, 32 channels): lane c reads channel c's pairs
-// (coalesced), warp w the sample's row tiles w, w + 32, ...; in double, two passes (no division
-// per pair): the mean = sum of count * mean / count, then M2 = sum of M2 + count * (mean_b -
-// mean)^2 (the parts' moments combined exactly, as Chan et al.'s update), each summed per
-// warp, then over the warps in order: a fixed order.
-// (8 warps reading one block at a time: 14 us at the headline on an H100; this: 10 us, 2026-11-26)
+// kernel's per-(part, segment) (mean, M2) pairs (tile_moments; part b holds rows
+// [b * part_rows, (b + 1) * part_rows) of the flattened M (the tile's kOutRows), and is the
+// sample's segment 1 where it begins in the sample before). A block per (sample, 32 channels): lane
+// c reads channel c's pairs (coalesced), warp w the sample's parts w, w + 32, ...; in double,
+// two passes (no division per pair): the mean = sum of count * mean / count, then M2 = sum of M2 +
+// count * (mean_b - mean)^2 (the parts' moments combined exactly, as Chan et al.'s update), each
+// summed per warp, then over the warps in order: a fixed order. (8 warps reading one block at a
+// time: 14 us at the headline on an H100; this: 10 us, 2026-11-26)
 constexpr int kMomentsWarps = 32;
 __global__ void __launch_bounds__(kMomentsWarps * 32)
-    relu_moments_of_tiles_kernel(const float2* __restrict__ tile_moments, int64_t spatial,
-                                 int64_t channels, int64_t channel_chunks,
+    relu_moments_of_tiles_kernel(const float2* __restrict__ tile_moments, int64_t part_rows,
+                                 int64_t spatial, int64_t channels, int64_t channel_chunks,
                                  norm::Moments* __restrict__ moments) {
-  constexpr int64_t kBM = WgmmaConvTile<128, 3>::kBM;
   __shared__ double warp_sums[kMomentsWarps][32];  // 8 KB
   const int64_t n = blockIdx.x / channel_chunks;
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -102,9 +108,10 @@ __global__ void __launch_bounds__(kMomentsWarps * 32)
   const int64_t first_row = n * spatial, end_row = first_row + spatial;
   // Block b's rows in the sample, and its pair.
   const auto part = [&](int64_t block, double& count) {
-    const int64_t lo = max(block * kBM, first_row), hi = min((block + 1) * kBM, end_row);
+    const int64_t lo = max(block * part_rows, first_row),
+                  hi = min((block + 1) * part_rows, end_row);
     count = static_cast<double>(hi - lo);
-    const int segment = block * kBM < first_row ? 1 : 0;
+    const int segment = block * part_rows < first_row ? 1 : 0;
     return tile_moments[(block * 2 + segment) * channels + c];
   };
   // The sum over the warps, in order, of each warp's `value` (every thread gets it).
@@ -121,7 +128,7 @@ __global__ void __launch_bounds__(kMomentsWarps * 32)
   // The warp's blocks, kBatch at a time (their loads issued together), in a fixed order.
   constexpr int kBatch = 4;
   const auto for_each_part = [&](auto&& use) {
-    for (int64_t base = first_row / kBM + warp; base * kBM < end_row;
+    for (int64_t base = first_row / part_rows + warp; base * part_rows < end_row;
          base += kBatch * kMomentsWarps) {
       float2 mean_m2[kBatch];
       double count[kBatch];
@@ -129,7 +136,7 @@ __global__ void __launch_bounds__(kMomentsWarps * 32)
       for (int j = 0; j < kBatch; ++j) {
         const int64_t block = base + j * kMomentsWarps;
         count[j] = 0.0;
-        mean_m2[j] = block * kBM < end_row ? part(block, count[j]) : make_float2(0.f, 0.f);
+        mean_m2[j] = block * part_rows < end_row ? part(block, count[j]) : make_float2(0.f, 0.f);
       }
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
@@ -156,9 +163,17 @@ size_t split_weight_bytes(const conv::Conv3dShape& s) {
          sizeof(float);  // (a multiple of 16)
 }
 
-size_t tile_moments_bytes(const conv::Conv3dShape& s) {
-  const int64_t row_tiles = (s.N * s.Do * s.Ho * s.Wo + WideTile::kBM - 1) / WideTile::kBM;
-  return static_cast<size_t>(row_tiles * 2 * s.C_out) * sizeof(float2);
+// The staged parts' rows (the tiles' kOutRows), which tile_moments holds a pair per.
+int64_t moment_part_rows(bool tf32_products) {
+  static_assert(WideTile::kOutRows == NarrowTile::kOutRows, "one part size");
+  static_assert(Tf32WideTile::kOutRows == Tf32NarrowTile::kOutRows, "one part size");
+  return tf32_products ? Tf32WideTile::kOutRows : WideTile::kOutRows;
+}
+
+size_t tile_moments_bytes(const conv::Conv3dShape& s, bool tf32_products) {
+  const int64_t rows = moment_part_rows(tf32_products);
+  const int64_t parts = (s.N * s.Do * s.Ho * s.Wo + rows - 1) / rows;
+  return static_cast<size_t>(parts * 2 * s.C_out) * sizeof(float2);
 }
 
 }  // namespace
@@ -186,9 +201,21 @@ bool wgmma_conv_relu_moments_supported(const conv::Conv3dShape& s) {
   return s.Do * s.Ho * s.Wo >= WideTile::kBM && wgmma_conv_supported(s);
 }
 
+bool wgmma_conv_tf32_supported(const conv::Conv3dShape& s) {
+  // (The moments' parts straddle at most two samples where a sample has 128 rows or more.)
+  if (!wgmma_conv_relu_moments_supported(s)) {
+    return false;
+  }
+  const conv::Conv3dChannelsLastParams shape_only{s, nullptr, nullptr, nullptr, nullptr};
+  const size_t smem = current_device_info().shared_memory;
+  return x_im2col_map_supported(wgmma_conv_params(shape_only, nullptr)) &&
+         static_cast<size_t>(narrow(s) ? tile_smem_bytes<Tf32NarrowTile>()
+                                       : tile_smem_bytes<Tf32WideTile>()) <= smem;
+}
+
 size_t wgmma_conv_workspace_bytes(const conv::Conv3dChannelsLastParams& p) {
   return split_weight_bytes(p.conv) +
-         (p.relu_channel_moments != nullptr ? tile_moments_bytes(p.conv) : 0);
+         (p.relu_channel_moments != nullptr ? tile_moments_bytes(p.conv, p.tf32_products) : 0);
 }
 
 WgmmaConvParams wgmma_conv_params(const conv::Conv3dChannelsLastParams& cp, void* workspace) {
@@ -204,7 +231,7 @@ WgmmaConvParams wgmma_conv_params(const conv::Conv3dChannelsLastParams& cp, void
   p.x = cp.x;
   p.w_tiles = static_cast<const float*>(workspace);
   p.b_bn = narrow(s) ? 64 : 128;
-  p.b_parts = 2;  // split products (the check program runs plain TF32 with 1)
+  p.b_parts = cp.tf32_products ? 1 : 2;  // plain TF32: one part, in the channels' own order
   p.bias = cp.bias;
   p.y = cp.y;
   if (cp.relu_channel_moments != nullptr) {
@@ -231,8 +258,14 @@ cudaError_t wgmma_conv_launch(const conv::Conv3dChannelsLastParams& cp, void* wo
   if (e != cudaSuccess) {
     return e;
   }
-  const cudaError_t conv = narrow(cp.conv) ? launch_split_tf32_wgmma_conv3d<NarrowTile>(p, stream)
-                                           : launch_split_tf32_wgmma_conv3d<WideTile>(p, stream);
+  cudaError_t conv;
+  if (cp.tf32_products) {
+    conv = narrow(cp.conv) ? launch_split_tf32_wgmma_conv3d<Tf32NarrowTile>(p, stream)
+                           : launch_split_tf32_wgmma_conv3d<Tf32WideTile>(p, stream);
+  } else {
+    conv = narrow(cp.conv) ? launch_split_tf32_wgmma_conv3d<NarrowTile>(p, stream)
+                           : launch_split_tf32_wgmma_conv3d<WideTile>(p, stream);
+  }
   if (conv != cudaSuccess || cp.relu_channel_moments == nullptr) {
     return conv;
   }
@@ -241,7 +274,8 @@ cudaError_t wgmma_conv_launch(const conv::Conv3dChannelsLastParams& cp, void* wo
     return cudaErrorInvalidConfiguration;
   }
   relu_moments_of_tiles_kernel<<<static_cast<unsigned>(p.N * channel_chunks), kMomentsWarps * 32, 0,
-                                 stream>>>(p.tile_moments, p.spatial, p.C_out, channel_chunks,
+                                 stream>>>(p.tile_moments, moment_part_rows(cp.tf32_products),
+                                           p.spatial, p.C_out, channel_chunks,
                                            cp.relu_channel_moments);
   return cudaGetLastError();
 }

@@ -9,6 +9,17 @@ namespace gpu {
 namespace {
 
 constexpr int kTile = 32;
+
+// v rounded to the nearest TF32 value (10 mantissa bits), ties to even, as cvt.rn.tf32.f32
+// (integer operations: every architecture the file is built for); infinities and NaN as they are.
+__device__ __forceinline__ float tf32_rounded(float v) {
+  uint32_t bits = __float_as_uint(v);
+  if ((bits & 0x7f800000u) != 0x7f800000u) {
+    bits += 0xfffu + ((bits >> 13) & 1u);
+    bits &= ~0x1fffu;
+  }
+  return __uint_as_float(bits);
+}
 constexpr int kTileRows = kThreads / kTile;  // 8: each thread moves 4 elements
 
 __global__ void batched_transpose_kernel(BatchedTransposeParams p, int64_t row_tiles,
@@ -26,7 +37,8 @@ __global__ void batched_transpose_kernel(BatchedTransposeParams p, int64_t row_t
   for (int r = ty; r < kTile; r += kTileRows) {
     const int64_t row = row0 + r, col = col0 + tx;
     if (row < p.rows && col < p.cols) {
-      tile[r][tx] = in[row * p.cols + col];
+      const float v = in[row * p.cols + col];
+      tile[r][tx] = p.round_to_tf32 ? tf32_rounded(v) : v;
     }
   }
   __syncthreads();

@@ -1,0 +1,127 @@
+"""conv_transpose3d_relu_group_norm's inference forward with TF32 allowed (PyTorch's default) on
+Hopper, opted into with FUSED_OPS_TF32_WGMMA=1 (read per call): the forward rewrite of the
+transposed convolution runs our wgmma kernel with plain TF32 products (x rounded to TF32 by its
+transpose, the activations copied by the tensor memory accelerator's im2col mode, clusters of
+two blocks sharing the weights) instead of cuDNN's, and its epilogue computes the GroupNorm's
+statistics ("+relu_moments"; conv_stage.cpp, tf32_wgmma_emits_relu_moments). Not the default:
+at the headline it is no faster than cuDNN's convolution and statistics pass. Checked: the
+path, the output against float64 (at most twice eager's error, which is TF32's too), bitwise
+repeatability, and where it does not run (by default, an NDHWC input, training, other GPUs:
+cuDNN's)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fused_ops
+from helpers import conv_transpose_args, cuda_marks
+
+pytestmark = cuda_marks()
+
+TF32_MOMENTS = "transposed_as_forward+relu_moments -> relu_group_norm_channels_last"
+TF32_CUDNN = "transposed_as_forward -> relu_group_norm_channels_last"
+
+
+@pytest.fixture(autouse=True)
+def tf32_allowed_and_opted_in(monkeypatch):
+    monkeypatch.setenv("FUSED_OPS_TF32_WGMMA", "1")
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    yield
+    torch.backends.cudnn.allow_tf32 = saved
+
+
+def _wgmma() -> bool:
+    return fused_ops.split_tf32_conv_kernel() == "wgmma"
+
+
+# (input shape, C_out, GroupNorm groups): 3x3x3, stride 1, no padding (eager's TF32 family).
+# The kernel's parts of 64 rows straddle samples where a sample's positions are not a
+# multiple of 64 (all but the last); C_in below / not a multiple of the 32 channels a K block
+# copies; C_out below, between and above the 64- and 128-channel tiles; N = 1; more tiles than
+# the clusters (the 34^3 case).
+CASES = {
+    "k3": ((2, 8, 5, 6, 7), 16, 4),
+    "n1_cin4": ((1, 4, 6, 5, 4), 8, 2),
+    "cin36_cout68": ((2, 36, 4, 5, 6), 68, 4),
+    "cout200": ((2, 12, 5, 5, 5), 200, 8),
+    "cin64_cout128": ((3, 64, 9, 10, 11), 128, 8),
+    "many_tiles": ((2, 16, 32, 32, 32), 32, 8),
+    "rows_multiple_of_64": ((2, 8, 6, 6, 6), 16, 4),  # 8^3 = 512 positions a sample
+}
+
+
+def _args(case):
+    shape, c_out, groups = CASES[case]
+    args = conv_transpose_args(shape, c_out, 3, groups, device="cuda", requires_grad=False)
+    g = torch.Generator(device="cuda").manual_seed(sum(map(ord, case)))
+    args[0] = torch.rand(shape, device="cuda", generator=g)  # non-negative: a common offset
+    return args
+
+
+def _float64(args):
+    x, w, b, stride, padding, output_padding, groups, dilation, num_groups, gw, gb, eps = args
+    d = lambda t: None if t is None else t.double()  # noqa: E731
+    y = F.conv_transpose3d(d(x), d(w), d(b), stride, padding, output_padding, groups, dilation)
+    return F.group_norm(F.relu(y), num_groups, d(gw), d(gb), eps)
+
+
+def _eager(args):
+    x, w, b, stride, padding, output_padding, groups, dilation, num_groups, gw, gb, eps = args
+    y = F.conv_transpose3d(x, w, b, stride, padding, output_padding, groups, dilation)
+    return F.group_norm(F.relu(y), num_groups, gw, gb, eps)
+
+
+def _rel(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_inference_forward_vs_float64(case):
+    args = _args(case)
+    with torch.no_grad():
+        assert fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args) == (
+            TF32_MOMENTS if _wgmma() else TF32_CUDNN
+        )
+        out = torch.ops.fused.conv_transpose3d_relu_group_norm(*args)
+        again = torch.ops.fused.conv_transpose3d_relu_group_norm(*args)
+        eager = _eager(args)
+    ref = _float64(args)
+    assert out.is_contiguous() and out.shape == ref.shape
+    assert torch.equal(out, again), "two runs differ"
+    fused_err, eager_err = _rel(out, ref), _rel(eager, ref)
+    # TF32's rounding of the operands (2^-11 relative): eager's error is of that order too.
+    assert fused_err <= 2 * eager_err and fused_err < 2e-3, (fused_err, eager_err)
+
+
+def test_cudnn_by_default(monkeypatch):
+    args = _args("k3")
+    monkeypatch.delenv("FUSED_OPS_TF32_WGMMA")
+    with torch.no_grad():
+        assert fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args) == TF32_CUDNN
+
+
+def test_ndhwc_input_and_training_run_cudnn():
+    """An NDHWC input is not rounded by a transpose, so cuDNN's convolution runs; a forward that
+    autograd records saves the conv output in the input's layout (cuDNN's)."""
+    args = _args("k3")
+    cl = list(args)
+    cl[0] = args[0].to(memory_format=torch.channels_last_3d)
+    with torch.no_grad():
+        assert fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *cl) == TF32_CUDNN
+    args[0].requires_grad_(True)
+    assert (
+        fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args)
+        == "transposed_as_forward -> relu_group_norm"
+    )
+
+
+def test_tf32_off_keeps_split_products():
+    """With TF32 off the same call takes the split-TF32 kernel (float32-grade products)."""
+    args = _args("k3")
+    torch.backends.cudnn.allow_tf32 = False
+    with torch.no_grad():
+        path = fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args)
+    assert path.startswith("transposed_as_forward_split_tf32")
