@@ -574,7 +574,7 @@ int main(int argc, char** argv) {
         return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false, true>>(
             tw128, nullptr);
       });
-      // Clusters of 2 and 4 blocks sharing each weight tile (multicast copies).
+      // Clusters of 4 blocks sharing each weight tile (multicast copies; 2: below).
       check_tma_same("tf32 tma 128x128/4 c4", tf32_128, [&] {
         return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false, true, 4>>(
             tw128, nullptr);
