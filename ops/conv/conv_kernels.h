@@ -470,7 +470,7 @@ struct Conv3dChannelsLastParams {
   norm::Moments* relu_channel_moments;
   // Plain TF32 products (one tensor-core product per float32 product, as cuDNN's with
   // PyTorch's allow_tf32; x must hold TF32-rounded values) instead of split-TF32 ones: only
-  // where tf32_forward_supported (Hopper's wgmma kernel with the im2col copies).
+  // where Hopper's wgmma kernel with the im2col copies takes the shape (tf32_forward_chosen).
   bool tf32_products = false;
 };
 
@@ -520,10 +520,12 @@ struct SplitTf32Conv3dCudaKernel {
   // Whether forward fills relu_channel_moments for this shape on the current device (the
   // wgmma kernel, Do * Ho * Wo >= 128).
   bool (*forward_relu_moments_supported)(const Conv3dShape&);
-  // Whether forward runs this shape with tf32_products, the moments of relu(y) included, on
-  // the current device: the wgmma kernel with the tensor memory accelerator's im2col copies
-  // (sm_90; Do * Ho * Wo >= 128; padding and dilated taps within the im2col mode's limits).
-  bool (*tf32_forward_supported)(const Conv3dShape&);
+  // Whether forward is to run this shape with tf32_products, the moments of relu(y) included,
+  // on the current device: opted into (the environment variable FUSED_OPS_TF32_WGMMA "1", read
+  // per call: tests switch it) and the wgmma kernel with the tensor memory accelerator's im2col
+  // copies takes it (sm_90; Do * Ho * Wo >= 128; padding and dilated taps within the im2col
+  // mode's limits).
+  bool (*tf32_forward_chosen)(const Conv3dShape&);
   CudaKernel<Conv3dWeightGradChannelsLastParams> weight_grad;
   // The weight gradient on Hopper's wgmma (split_tf32_wgmma_wgrad.cuh), x NCDHW: whether it
   // takes the shape on the current device (sm_90, stride 1, kW <= 3, W a multiple of 4, ...),

@@ -91,8 +91,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 namespace fused_ops {
 namespace conv {
@@ -274,18 +272,13 @@ bool split_tf32_emits_relu_moments(const at::Tensor& input, const at::Tensor& we
 bool tf32_wgmma_emits_relu_moments(const at::Tensor& input, const at::Tensor& weight,
                                    const Conv3dParams& p) {
 #ifdef FUSED_OPS_WITH_CUTLASS
-  // Opted into per call (read each time: cheap beside a convolution; tests switch it).
-  const char* opt_in = std::getenv("FUSED_OPS_TF32_WGMMA");
-  if (opt_in == nullptr || std::strcmp(opt_in, "1") != 0) {
-    return false;
-  }
   if (input.scalar_type() != at::kFloat || p.groups != 1 ||
       !input.is_contiguous(at::MemoryFormat::Contiguous)) {
     return false;
   }
   const Conv3dShape s = split_tf32_params_of_transposed(input, weight, p).conv;
   return norm::channels_last_norm_cuda_supported(s.C_out, sizeof(float)) &&
-         split_tf32_conv3d_cuda.tf32_forward_supported(s);
+         split_tf32_conv3d_cuda.tf32_forward_chosen(s);
 #else
   return false;
 #endif

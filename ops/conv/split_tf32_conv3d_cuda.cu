@@ -47,7 +47,7 @@ size_t forward_workspace_bytes(const conv::Conv3dChannelsLastParams& p) {
 
 int forward_launch(const conv::Conv3dChannelsLastParams& p, void* workspace, void* stream) {
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  if (p.tf32_products) {  // (the host asks tf32_forward_supported)
+  if (p.tf32_products) {  // (the host asks tf32_forward_chosen)
     return static_cast<int>(wgmma_conv_tf32_supported(p.conv)
                                 ? wgmma_conv_launch(p, workspace, cuda_stream)
                                 : cudaErrorInvalidValue);
@@ -61,6 +61,10 @@ int forward_launch(const conv::Conv3dChannelsLastParams& p, void* workspace, voi
   }
   return static_cast<int>(narrow(p.conv) ? split_tf32_narrow_fprop_launch(p, cuda_stream)
                                          : Fprop::launch(p, cuda_stream));
+}
+
+bool tf32_forward_chosen(const conv::Conv3dShape& s) {
+  return env_switch_on("FUSED_OPS_TF32_WGMMA") && wgmma_conv_tf32_supported(s);
 }
 
 const char* forward_kernel_name() {
@@ -100,7 +104,7 @@ const SplitTf32Conv3dCudaKernel split_tf32_conv3d_cuda{
     gpu::forward_kernel_name,
     {gpu::forward_workspace_bytes, gpu::forward_launch},
     gpu::wgmma_conv_relu_moments_supported,
-    gpu::wgmma_conv_tf32_supported,
+    gpu::tf32_forward_chosen,
     {gpu::weight_grad_workspace_bytes, gpu::weight_grad_launch},
     gpu::wgmma_wgrad_supported,
     {gpu::weight_grad_ncdhw_input_workspace_bytes, gpu::weight_grad_ncdhw_input_launch}};
