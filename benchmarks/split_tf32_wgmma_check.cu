@@ -588,6 +588,35 @@ int main(int argc, char** argv) {
         return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false, true, 2, 2>>(
             tw128, nullptr);
       });
+      // The same with the pipelined forward's side work (conv_side_work.cuh) for the whole
+      // batch in one launch: x's transpose and the normalisation (a zero affine) into scratch
+      // buffers beside the products (the library's pipeline spreads 3/4 of it over its
+      // launches). The time says what the side work costs the convolution; its output must not
+      // change.
+      const int64_t in_spatial = s.D * s.H * s.W, out_spatial = s.Do * s.Ho * s.Wo;
+      if (gpu::conv_side_work_supported(s.C_in, in_spatial) &&
+          gpu::conv_side_work_supported(s.C_out, out_spatial)) {
+        const size_t nx = static_cast<size_t>(s.N * in_spatial * s.C_in);
+        float *x_ncdhw = nullptr, *x_ndhwc = nullptr, *out = nullptr;
+        norm::CenteredAffine<float>* affine = nullptr;
+        CHECK_CUDA(cudaMalloc(&x_ncdhw, nx * 4));
+        CHECK_CUDA(cudaMalloc(&x_ndhwc, nx * 4));
+        CHECK_CUDA(cudaMalloc(&out, d.ny * 4));
+        CHECK_CUDA(cudaMalloc(&affine, s.N * s.C_out * sizeof(*affine)));
+        CHECK_CUDA(cudaMemcpy(x_ncdhw, tp.x, nx * 4, cudaMemcpyDeviceToDevice));
+        CHECK_CUDA(cudaMemset(affine, 0, s.N * s.C_out * sizeof(*affine)));
+        gpu::WgmmaConvParams with_side = tw128;
+        with_side.side = gpu::ConvSideWork{x_ncdhw, x_ndhwc, s.C_in,  in_spatial,  0, s.N, tw128.y,
+                                           affine,  out,     s.C_out, out_spatial, 0, s.N};
+        check_tma_same("tf32 tma 256x128/4 c2 +side", tf32_128, [&] {
+          return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false, true, 2, 2>>(
+              with_side, nullptr);
+        });
+        CHECK_CUDA(cudaFree(x_ncdhw));
+        CHECK_CUDA(cudaFree(x_ndhwc));
+        CHECK_CUDA(cudaFree(out));
+        CHECK_CUDA(cudaFree(affine));
+      }
       check_tma_same("tf32 tma 256x128/4 c4", tf32_128, [&] {
         return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false, true, 4, 2>>(
             tw128, nullptr);

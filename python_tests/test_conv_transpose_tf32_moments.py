@@ -2,12 +2,14 @@
 Hopper, opted into with FUSED_OPS_TF32_WGMMA=1 (read per call): the forward rewrite of the
 transposed convolution runs our wgmma kernel with plain TF32 products (x rounded to TF32 by its
 transpose, the activations copied by the tensor memory accelerator's im2col mode, clusters of
-two blocks sharing the weights) instead of cuDNN's, and its epilogue computes the GroupNorm's
-statistics ("+relu_moments"; conv_stage.cpp, tf32_wgmma_emits_relu_moments). Not the default:
-at the headline it is no faster than cuDNN's convolution and statistics pass. Checked: the
-path, the output against float64 (at most twice eager's error, which is TF32's too), bitwise
-repeatability, and where it does not run (by default, an NDHWC input, training, other GPUs:
-cuDNN's)."""
+two blocks sharing the weights) instead of cuDNN's, its epilogue computes the GroupNorm's
+statistics ("+relu_moments"), and the whole forward is pipelined (conv_stage.cpp,
+run_tf32_conv_relu_group_norm): the convolution runs in up to two launches over consecutive
+rows, each transposing x for the next and writing the output of the samples completed before
+it (conv_side_work.cuh). Checked: the path, the output against float64 (at most twice eager's
+error, which is TF32's too), bitwise repeatability, shapes of one launch and of several (with
+samples straddling launches), and where it does not run (by default, an NDHWC input, training,
+other GPUs: cuDNN's)."""
 
 from __future__ import annotations
 
@@ -41,7 +43,9 @@ def _wgmma() -> bool:
 # The kernel's parts of 64 rows straddle samples where a sample's positions are not a
 # multiple of 64 (all but the last); C_in below / not a multiple of the 32 channels a K block
 # copies; C_out below, between and above the 64- and 128-channel tiles; N = 1; more tiles than
-# the clusters (the 34^3 case).
+# the clusters (the 34^3 cases: on an H100's 132 SMs, the pipeline's 2 launches, a sample
+# straddling their boundary, and for N = 5 samples transposed and normalised by the side work);
+# positions not a multiple of 4 (5 x 6 x 7 in, 7 x 8 x 9 out: one launch, without side work).
 CASES = {
     "k3": ((2, 8, 5, 6, 7), 16, 4),
     "n1_cin4": ((1, 4, 6, 5, 4), 8, 2),
@@ -49,6 +53,7 @@ CASES = {
     "cout200": ((2, 12, 5, 5, 5), 200, 8),
     "cin64_cout128": ((3, 64, 9, 10, 11), 128, 8),
     "many_tiles": ((2, 16, 32, 32, 32), 32, 8),
+    "launches_n5": ((5, 16, 32, 32, 32), 32, 8),
     "rows_multiple_of_64": ((2, 8, 6, 6, 6), 16, 4),  # 8^3 = 512 positions a sample
 }
 

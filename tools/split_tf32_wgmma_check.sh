@@ -12,6 +12,7 @@ if [ -z "$binary" ]; then
   binary=$(mktemp -d)/split_tf32_wgmma_check
   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -lineinfo -gencode=arch=compute_90a,code=sm_90a \
     -Iops -isystem .deps/cutlass/include benchmarks/split_tf32_wgmma_check.cu \
-    ops/conv/split_tf32_wgmma_conv3d_cuda.cu -o "$binary"
+    ops/conv/split_tf32_wgmma_conv3d_cuda.cu ops/norm/relu_group_norm_channels_last_cuda.cu \
+    ops/common/cuda/transpose_cuda.cu -o "$binary"
 fi
 "$binary" "${@:2}"

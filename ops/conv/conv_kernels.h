@@ -6,6 +6,7 @@
 #include "common/host_device.h"
 #include "common/kernel_types.h"
 #include "norm/group_norm_math.h"
+#include "norm/norm_kernels.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -474,6 +475,19 @@ struct Conv3dChannelsLastParams {
   bool tf32_products = false;
 };
 
+// ConvTranspose3d -> ReLU -> GroupNorm's inference forward with TF32 products, pipelined
+// (SplitTf32Conv3dCudaKernel::tf32_relu_group_norm_forward): the convolution is conv's forward
+// rewrite with tf32_products, whose NDHWC input conv.x the launch fills from x_ncdhw (N, C_in, D,
+// H, W; transposed and rounded to TF32 as it goes) and whose output conv.y (NDHWC) it writes,
+// with the statistics (conv.relu_channel_moments: ignored, the launch keeps them in its
+// workspace); the GroupNorm is group_norm (float32, channels_last, x = conv.y, channel_moments
+// ignored): its output y (N, C_out, Do, Ho, Wo), mean and rstd (N, G) written.
+struct Tf32ConvReluGroupNormParams {
+  Conv3dChannelsLastParams conv;
+  const float* x_ncdhw;
+  norm::ReluGroupNormForwardParams group_norm;
+};
+
 // The weight gradient of that convolution: x (N, D, H, W, C_in) and grad_y (N, Do, Ho, Wo,
 // C_out) contiguous, grad_weight (C_out, kD, kH, kW, C_in) written.
 struct Conv3dWeightGradChannelsLastParams {
@@ -520,12 +534,13 @@ struct SplitTf32Conv3dCudaKernel {
   // Whether forward fills relu_channel_moments for this shape on the current device (the
   // wgmma kernel, Do * Ho * Wo >= 128).
   bool (*forward_relu_moments_supported)(const Conv3dShape&);
-  // Whether forward is to run this shape with tf32_products, the moments of relu(y) included,
-  // on the current device: opted into (the environment variable FUSED_OPS_TF32_WGMMA "1", read
-  // per call: tests switch it) and the wgmma kernel with the tensor memory accelerator's im2col
-  // copies takes it (sm_90; Do * Ho * Wo >= 128; padding and dilated taps within the im2col
-  // mode's limits).
+  // Whether tf32_relu_group_norm_forward is to run this shape (the forward rewrite's) on the
+  // current device: opted into (the environment variable FUSED_OPS_TF32_WGMMA "1", read per
+  // call: tests switch it), the wgmma kernel with the tensor memory accelerator's im2col copies
+  // takes it (sm_90; Do * Ho * Wo >= 128; padding and dilated taps within the im2col mode's
+  // limits).
   bool (*tf32_forward_chosen)(const Conv3dShape&);
+  CudaKernel<Tf32ConvReluGroupNormParams> tf32_relu_group_norm_forward;
   CudaKernel<Conv3dWeightGradChannelsLastParams> weight_grad;
   // The weight gradient on Hopper's wgmma (split_tf32_wgmma_wgrad.cuh), x NCDHW: whether it
   // takes the shape on the current device (sm_90, stride 1, kW <= 3, W a multiple of 4, ...),

@@ -41,12 +41,15 @@
 // does not transpose its output back (0.22 ms at the headline on an H100, 2026-11-22).
 // There, on Hopper and opted into (FUSED_OPS_TF32_WGMMA=1), the TF32 rewrite of an NCDHW
 // float32 input runs our wgmma kernel with plain TF32 products instead of cuDNN's
-// (tf32_wgmma_emits_relu_moments), x rounded to TF32 by the transpose, and its epilogue
-// computes the GroupNorm's statistics too. Not by default: at the headline on an H100
-// (2026-11-27) the convolution takes 0.87 ms alone and 0.96 with the statistics where cuDNN's
-// takes 0.81-0.85 and the statistics pass it saves 0.14; the inference forward took 1.30 ms
-// with it, 1.28 with cuDNN's (another day's run). (Its training forward and backward stay
-// cuDNN's: the saved conv output is NCDHW, which cuDNN transposes to itself.)
+// (tf32_wgmma_emits_relu_moments), x rounded to TF32 by the transpose, its epilogue computing
+// the GroupNorm's statistics too, and the operator's whole inference forward pipelined
+// (run_tf32_conv_relu_group_norm; split_tf32_wgmma_conv3d_cuda.cu): the convolution in two
+// launches, each transposing x for the next and writing the output of the samples completed
+// before it beside its products (conv_side_work.cuh). Not by default: at the headline on an
+// H100 (2026-11-27, one run) it took 1.25 ms, cuDNN's path 1.28 (the convolution alone 0.87 ms,
+// 0.96 with the statistics, cuDNN's 0.81-0.85; the side work slows it by about half of the
+// passes it hides). (Its training forward and backward stay cuDNN's: the saved conv output
+// is NCDHW, which cuDNN transposes to itself.)
 // Elsewhere eager's transposed convolution runs.
 //
 // On the CPU, float32: every rewritable transposed convolution runs as the forward one, in
@@ -224,10 +227,7 @@ bool split_tf32_runs_transposed(const at::Tensor& input, const at::Tensor& weigh
 // A 5-d float32 CUDA tensor in `format` (contiguous or channels_last_3d): between those two
 // layouts by our tiled transpose (layout_kernels.h: about twice as fast as ATen's strided
 // copy), otherwise as .contiguous(format) does it.
-// round_to_tf32: the values rounded to TF32 on the way (BatchedTransposeParams), for an input
-// of plain TF32 products; only where the transpose runs (an NCDHW t to NDHWC).
-at::Tensor float_cuda_in_format(const at::Tensor& t, at::MemoryFormat format,
-                                bool round_to_tf32 = false) {
+at::Tensor float_cuda_in_format(const at::Tensor& t, at::MemoryFormat format) {
 #ifdef FUSED_OPS_WITH_CUDA
   const bool to_channels_last = format == at::MemoryFormat::ChannelsLast3d;
   const auto source =
@@ -237,17 +237,13 @@ at::Tensor float_cuda_in_format(const at::Tensor& t, at::MemoryFormat format,
     at::Tensor out = at::empty(t.sizes(), t.options().memory_format(format));
     const int64_t batches = t.size(0), channels = t.size(1);
     const int64_t spatial = t.size(2) * t.size(3) * t.size(4);
-    const BatchedTransposeParams params{t.const_data_ptr<float>(),
-                                        out.mutable_data_ptr<float>(),
-                                        batches,
-                                        to_channels_last ? channels : spatial,
-                                        to_channels_last ? spatial : channels,
-                                        round_to_tf32};
+    const BatchedTransposeParams params{t.const_data_ptr<float>(), out.mutable_data_ptr<float>(),
+                                        batches, to_channels_last ? channels : spatial,
+                                        to_channels_last ? spatial : channels};
     run_cuda_kernel("fused (layout change)", t, params, batched_transpose_cuda);
     return out;
   }
 #endif
-  TORCH_INTERNAL_ASSERT(!round_to_tf32, "TF32 rounding asked of a copy that is not our transpose");
   return t.contiguous(format);
 }
 
@@ -264,11 +260,12 @@ bool split_tf32_emits_relu_moments(const at::Tensor& input, const at::Tensor& we
 #endif
 }
 
-// Whether the TF32 rewrite (kTransposedAsForward) of this float32 convolution runs on our
-// wgmma kernel with TF32 products and the GroupNorm's statistics (transposed_as_forward_split_tf32
-// with tf32_products): opted into (FUSED_OPS_TF32_WGMMA=1; see the top of the file), an NCDHW
-// input (its transpose rounds x to TF32), the kernel's TF32 tiles on the current device, and a
-// GroupNorm that reads the output in place.
+// Whether the TF32 rewrite (kTransposedAsForward) of this float32 convolution, in a
+// ReLU -> GroupNorm inference forward, runs pipelined on our wgmma kernel with TF32 products
+// and the GroupNorm's statistics (run_tf32_conv_relu_group_norm): opted into
+// (FUSED_OPS_TF32_WGMMA=1; see the top of the file), an NCDHW input (its transpose rounds x to
+// TF32), the kernel's TF32 tiles and side work on the current device (tf32_forward_chosen), and
+// a GroupNorm kernel that reads the output in place.
 bool tf32_wgmma_emits_relu_moments(const at::Tensor& input, const at::Tensor& weight,
                                    const Conv3dParams& p) {
 #ifdef FUSED_OPS_WITH_CUTLASS
@@ -284,21 +281,17 @@ bool tf32_wgmma_emits_relu_moments(const at::Tensor& input, const at::Tensor& we
 #endif
 }
 
-// With relu_channel_moments (where split_tf32_emits_relu_moments, or, with tf32_products,
-// tf32_wgmma_emits_relu_moments): also the moments of relu(y) per (n, c), float64 (N, C_out,
-// 2), from the kernel's epilogue. tf32_products: plain TF32 products (x rounded to TF32 by its
-// transpose) instead of split-TF32 ones.
+// With relu_channel_moments (where split_tf32_emits_relu_moments): also the moments of relu(y)
+// per (n, c), float64 (N, C_out, 2), from the kernel's epilogue.
 at::Tensor transposed_as_forward_split_tf32(const at::Tensor& input, const at::Tensor& weight,
                                             const c10::optional<at::Tensor>& bias,
-                                            const Conv3dParams& p, at::Tensor* relu_channel_moments,
-                                            bool tf32_products = false) {
+                                            const Conv3dParams& p,
+                                            at::Tensor* relu_channel_moments) {
 #ifdef FUSED_OPS_WITH_CUTLASS
   auto params = split_tf32_params_of_transposed(input, weight, p);
-  params.tf32_products = tf32_products;
   const Conv3dShape& s = params.conv;
   // NDHWC activations, KTRSC filter: the logical shapes stay PyTorch's (N, C, D, H, W).
-  const at::Tensor x =
-      aligned_16(float_cuda_in_format(input, at::MemoryFormat::ChannelsLast3d, tf32_products));
+  const at::Tensor x = aligned_16(float_cuda_in_format(input, at::MemoryFormat::ChannelsLast3d));
   const at::Tensor w =
       forward_weight_of_transposed(weight, p.groups).permute({0, 2, 3, 4, 1}).contiguous();
   const at::Tensor b = bias.has_value() && bias->defined() ? aligned_16(bias->contiguous())
@@ -314,10 +307,8 @@ at::Tensor transposed_as_forward_split_tf32(const at::Tensor& input, const at::T
     params.relu_channel_moments =
         static_cast<norm::Moments*>(relu_channel_moments->mutable_data_ptr());
   }
-  run_cuda_kernel(tf32_products
-                      ? "fused::conv_transpose3d_relu_group_norm (TF32 convolution)"
-                      : "fused::conv_transpose3d_relu_group_norm (split-TF32 convolution)",
-                  input, params, split_tf32_conv3d_cuda.forward);
+  run_cuda_kernel("fused::conv_transpose3d_relu_group_norm (split-TF32 convolution)", input, params,
+                  split_tf32_conv3d_cuda.forward);
   return y;  // NDHWC: run_conv3d changes it to the layout its caller wants
 #else
   TORCH_INTERNAL_ASSERT(false, "split-TF32 convolution selected in a build without CUTLASS");
@@ -616,17 +607,10 @@ at::Tensor run_conv3d(const at::Tensor& unaligned_input, const at::Tensor& unali
       break;
     }
     case ConvPath::kTransposedAsForward:
-      if (relu_channel_moments != nullptr && as_computed &&
-          consumer == ConvConsumer::kReluGroupNorm &&
-          tf32_wgmma_emits_relu_moments(input, weight, p)) {
-        // Our wgmma kernel with TF32 products and the GroupNorm's statistics (see the top of
-        // the file).
-        output = transposed_as_forward_split_tf32(input, weight, bias, p, relu_channel_moments,
-                                                  /*tf32_products=*/true);  // NDHWC
-        break;
-      }
-      // NDHWC in, NDHWC out when the caller takes it so: cuDNN transposes an NCDHW input
-      // itself (as fast as our transpose) and its output back (which the caller saves).
+      // (The inference forward that tf32_wgmma_emits_relu_moments takes does not come here:
+      // run_tf32_conv_relu_group_norm.) NDHWC in, NDHWC out when the caller takes it so: cuDNN
+      // transposes an NCDHW input itself (as fast as our transpose) and its output back (which the
+      // caller saves).
       output = transposed_as_forward(
           as_computed ? aligned_16(float_cuda_in_format(input, at::MemoryFormat::ChannelsLast3d))
                       : input,
@@ -652,6 +636,68 @@ at::Tensor run_conv3d(const at::Tensor& unaligned_input, const at::Tensor& unali
   const auto format = input.suggest_memory_format();
   return cuda && output.scalar_type() == at::kFloat ? float_cuda_in_format(output, format)
                                                     : output.contiguous(format);
+}
+
+bool tf32_conv_relu_group_norm_chosen(const at::Tensor& input, const at::Tensor& weight,
+                                      const Conv3dParams& p) {
+  if (!input.is_cuda()) {
+    return false;
+  }
+  const c10::DeviceGuard device_guard(input.device());  // (the kernel's checks ask the device)
+  return select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm) ==
+             ConvPath::kTransposedAsForward &&
+         tf32_wgmma_emits_relu_moments(input, weight, p);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> run_tf32_conv_relu_group_norm(
+    const at::Tensor& unaligned_input, const at::Tensor& unaligned_weight,
+    const c10::optional<at::Tensor>& bias, const Conv3dParams& p, const GroupNormShape& group_norm,
+    const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
+    double eps) {
+#ifdef FUSED_OPS_WITH_CUTLASS
+  const c10::DeviceGuard device_guard(unaligned_input.device());
+  const at::Tensor input = aligned_16(unaligned_input);  // NCDHW (tf32_wgmma_emits_relu_moments)
+  const at::Tensor weight = aligned_16(unaligned_weight);
+  Conv3dChannelsLastParams conv = split_tf32_params_of_transposed(input, weight, p);
+  conv.tf32_products = true;
+  const Conv3dShape& s = conv.conv;
+  const auto options = input.options();
+  // x NDHWC (written by the launch: transposed, TF32-rounded), KTRSC filter, y NDHWC.
+  const at::Tensor x =
+      at::empty(input.sizes(), options.memory_format(at::MemoryFormat::ChannelsLast3d));
+  const at::Tensor w =
+      forward_weight_of_transposed(weight, p.groups).permute({0, 2, 3, 4, 1}).contiguous();
+  const at::Tensor b = bias.has_value() && bias->defined() ? aligned_16(bias->contiguous())
+                                                           : at::zeros({s.C_out}, options);
+  const std::vector<int64_t> y_sizes{s.N, s.C_out, s.Do, s.Ho, s.Wo};
+  at::Tensor y = at::empty(y_sizes, options.memory_format(at::MemoryFormat::ChannelsLast3d));
+  at::Tensor output = at::empty(y_sizes, options);
+  at::Tensor mean = at::empty({s.N, group_norm.G}, options);
+  at::Tensor rstd = at::empty({s.N, group_norm.G}, options);
+  const at::Tensor gw = contiguous_or_undefined(gn_weight);
+  const at::Tensor gb = contiguous_or_undefined(gn_bias);
+  conv.x = x.const_data_ptr<float>();
+  conv.weight = w.const_data_ptr<float>();
+  conv.bias = b.const_data_ptr<float>();
+  conv.y = y.mutable_data_ptr<float>();
+  const norm::ReluGroupNormForwardParams norm_params{ScalarKind::kFloat,
+                                                     group_norm,
+                                                     eps,
+                                                     /*channels_last=*/true,
+                                                     y.const_data_ptr(),
+                                                     data_or_null(gw),
+                                                     data_or_null(gb),
+                                                     output.mutable_data_ptr(),
+                                                     mean.mutable_data_ptr(),
+                                                     rstd.mutable_data_ptr(),
+                                                     /*channel_moments=*/nullptr};
+  run_cuda_kernel("fused::conv_transpose3d_relu_group_norm (TF32 convolution)", input,
+                  Tf32ConvReluGroupNormParams{conv, input.const_data_ptr<float>(), norm_params},
+                  split_tf32_conv3d_cuda.tf32_relu_group_norm_forward);
+  return {output, y, mean, rstd};
+#else
+  TORCH_INTERNAL_ASSERT(false, "TF32 wgmma convolution selected in a build without CUTLASS");
+#endif
 }
 
 bool conv3d_backward_reads_channels_last(const at::Tensor& input, const at::Tensor& weight,

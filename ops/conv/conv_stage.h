@@ -80,6 +80,23 @@ at::Tensor run_conv3d(const at::Tensor& input, const at::Tensor& weight,
 bool conv_emits_relu_moments(const at::Tensor& input, const at::Tensor& weight,
                              const Conv3dParams& params, ConvConsumer consumer);
 
+// Whether conv_transpose3d_relu_group_norm's inference forward with these arguments (which
+// passed check_conv_group_norm_args; float32 with TF32 allowed) runs as
+// run_tf32_conv_relu_group_norm: opted into (FUSED_OPS_TF32_WGMMA=1), on Hopper, an NCDHW input
+// of the shapes its kernel takes (see conv_stage.cpp).
+bool tf32_conv_relu_group_norm_chosen(const at::Tensor& input, const at::Tensor& weight,
+                                      const Conv3dParams& params);
+
+// That forward, pipelined on our wgmma kernel with TF32 products
+// (Tf32ConvReluGroupNormParams): (output NCDHW, conv output NDHWC, mean, rstd), as
+// run_conv3d (kAsComputed, kReluGroupNorm) followed by the channels-last relu_group_norm
+// computes them.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> run_tf32_conv_relu_group_norm(
+    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+    const Conv3dParams& params, const GroupNormShape& group_norm,
+    const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
+    double eps);
+
 // Whether run_conv3d with ConvOutputLayout::kAsComputed returns channels_last_3d for these
 // arguments.
 bool conv_output_is_channels_last(const at::Tensor& input, const at::Tensor& weight,

@@ -22,6 +22,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_with_conv_out
                                                  groups, /*transposed=*/true);
   const ConvGroupNormShapes shapes = check_conv_group_norm_args(
       kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
+  if (layout == ConvOutputLayout::kAsComputed && !input.is_meta() && input.numel() > 0 &&
+      tf32_conv_relu_group_norm_chosen(input, weight, params)) {
+    // Opted into: both stages interleaved on our TF32 wgmma kernel (conv_stage.cpp).
+    return run_tf32_conv_relu_group_norm(input, weight, conv_bias, params,
+                                         concrete(shapes.group_norm), gn_weight, gn_bias, eps);
+  }
   // The GroupNorm's statistics, where the convolution computes them (conv_emits_relu_moments:
   // the inference forward on the split-TF32 wgmma kernel): its output is then read once.
   at::Tensor relu_channel_moments;

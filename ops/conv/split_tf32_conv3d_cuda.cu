@@ -67,6 +67,12 @@ bool tf32_forward_chosen(const conv::Conv3dShape& s) {
   return env_switch_on("FUSED_OPS_TF32_WGMMA") && wgmma_conv_tf32_supported(s);
 }
 
+int tf32_relu_group_norm_launch(const conv::Tf32ConvReluGroupNormParams& p, void* workspace,
+                                void* stream) {
+  return static_cast<int>(
+      wgmma_tf32_relu_group_norm_launch(p, workspace, static_cast<cudaStream_t>(stream)));
+}
+
 const char* forward_kernel_name() {
   if (!current_device_info().tensor_cores) {
     return "";
@@ -105,6 +111,7 @@ const SplitTf32Conv3dCudaKernel split_tf32_conv3d_cuda{
     {gpu::forward_workspace_bytes, gpu::forward_launch},
     gpu::wgmma_conv_relu_moments_supported,
     gpu::tf32_forward_chosen,
+    {gpu::wgmma_tf32_relu_group_norm_workspace_bytes, gpu::tf32_relu_group_norm_launch},
     {gpu::weight_grad_workspace_bytes, gpu::weight_grad_launch},
     gpu::wgmma_wgrad_supported,
     {gpu::weight_grad_ncdhw_input_workspace_bytes, gpu::weight_grad_ncdhw_input_launch}};

@@ -50,7 +50,9 @@
 // instead of 4 (with the staged output in parts of 64 rows) did not help (1.13 ms at 128 x 128):
 // the copies' latency was not the limit. The library runs 256 x 128 (and 256 x 64 where C_out
 // <= 64: 1.13 ms on the input gradient's shape, cuDNN's 1.15) in clusters of 2
-// (split_tf32_wgmma_conv3d_cuda.cu).
+// (split_tf32_wgmma_conv3d_cuda.cu), over a range of rows per launch (WgmmaConvParams::row_begin,
+// row_end), the producer warpgroup's idle warps doing the pipelined forward's side work
+// (conv_side_work.cuh) meanwhile.
 //
 // Accumulation: the tensor cores' float32 accumulation (wgmma's, measured on an H100) rounds
 // each instruction's sum with a bias (toward zero, about half an ulp of the accumulator per
@@ -101,6 +103,7 @@
 
 #include "common/cuda/device_info.cuh"
 #include "conv/conv_kernels.h"
+#include "conv/conv_side_work.cuh"
 
 #include <cuda.h>  // CUtensorMap (the types only: the driver is reached through the runtime)
 #include <cuda_runtime.h>
@@ -144,6 +147,13 @@ struct WgmmaConvParams {
   // only by parts that straddle samples). Needs spatial >= 128.
   float2* tile_moments;
   int64_t spatial;  // Do * Ho * Wo: rows per sample
+  // The launch's output rows [row_begin, row_end) of M (wgmma_conv_params: all of them): the
+  // pipelined forward runs a few launches over consecutive ranges. row_begin is a multiple of
+  // the tile's kBM * kCluster; rows past row_end are neither stored nor counted in the moments.
+  int64_t row_begin, row_end;
+  // With the im2col copies: what the producer warpgroup's idle warps do beside the
+  // convolution (conv_side_work.cuh; none where its ranges are empty).
+  ConvSideWork side;
 };
 
 constexpr int kWgmmaConvBK = 32;        // input channels per K block: one 128-byte row
@@ -579,11 +589,14 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
   // rows and not stored. The ring's K blocks are counted over all of the block's tiles.
   constexpr int kCluster = Tile::kCluster;
   const int n_tiles = static_cast<int>((p.C_out + kBN - 1) / kBN);
-  const int64_t row_tiles = (p.M + kBM - 1) / kBM;
-  const int64_t groups = (row_tiles + kCluster - 1) / kCluster * n_tiles;
+  const int64_t first_row_tile = p.row_begin / kBM;  // the launch's rows (WgmmaConvParams)
+  const int64_t end_row_tile = (p.row_end + kBM - 1) / kBM;
+  const int64_t groups = (end_row_tile - first_row_tile + kCluster - 1) / kCluster * n_tiles;
   const int64_t first_group = blockIdx.x / kCluster, group_step = gridDim.x / kCluster;
   const int rank = static_cast<int>(blockIdx.x % kCluster);
-  const auto row_tile_of = [&](int64_t group) { return group / n_tiles * kCluster + rank; };
+  const auto row_tile_of = [&](int64_t group) {
+    return first_row_tile + group / n_tiles * kCluster + rank;
+  };
   // All the cluster's threads meet before leaving: the other blocks may still copy into this
   // one's shared memory, or arrive on its barriers.
   const auto finish = [] {
@@ -610,9 +623,13 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
   if (Tile::kTmaIm2col && tid < 128) {
     // ---- Producer, im2col copies: thread 0 issues each K block's two copies (the activation
     // tile by the tensor map, the weight tile by a bulk copy), both completing on the slot's
-    // "full" barrier in bytes; the rest of the warpgroup only gives its registers back.
+    // "full" barrier in bytes; its warps 1-3 do the launch's side work (p.side), and the
+    // rest of warp 0 only gives its registers back.
     cutlass::arch::warpgroup_reg_dealloc<Tile::kProducerRegisters>();
     if (tid != 0) {
+      if (tid >= 32) {
+        run_conv_side_work(p.side, blockIdx.x * 3 + (tid >> 5) - 1, gridDim.x * 3, tid & 31);
+      }
       finish();
       return;
     }
@@ -622,7 +639,7 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
     const int64_t Wo = p.Wo, Ho = p.Ho, Do = p.Do;
     int kb = 0;
     for (int64_t group = first_group; group < groups; group += group_step) {
-      const int64_t m0 = min(row_tile_of(group), row_tiles - 1) * kBM;  // (clamped: not stored)
+      const int64_t m0 = min(row_tile_of(group), end_row_tile - 1) * kBM;  // (clamped: not stored)
       const int n_tile = static_cast<int>(group % n_tiles);
       // The tile's first output position, and its window's corner in x.
       const int64_t q = m0 % Wo, r = m0 / Wo % Ho, z = m0 / (Wo * Ho) % Do, n = m0 / (Wo * Ho * Do);
@@ -772,7 +789,7 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
       const int64_t group = part / Tile::kOutParts;
       const int64_t m0 = row_tile_of(group) * kBM + part % Tile::kOutParts * kOutRows;
       const int n0 = static_cast<int>(group % n_tiles) * kBN;
-      const int64_t rows = min(static_cast<int64_t>(kOutRows), p.M - m0);  // <= 0: past M
+      const int64_t rows = min(static_cast<int64_t>(kOutRows), p.row_end - m0);  // <= 0: past it
       // The next part: this tile's next, else the block's next tile's first.
       part = (part + 1) % Tile::kOutParts != 0 ? part + 1 : (group + group_step) * Tile::kOutParts;
       out_handoff.epilogue_wait_full(u);
@@ -1040,22 +1057,62 @@ inline cudaError_t make_x_im2col_map(const WgmmaConvParams& p, int pixels, CUten
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-// Runs the kernel with `Tile` on weights already split into its B tiles (p.w_tiles).
+// The blocks a launch of the kernel with `Tile` runs at once on the current device (persistent:
+// a block per SM, in clusters of Tile::kCluster as many as fit together: the GPCs' sizes may
+// leave SMs out), into *blocks.
 template <typename Tile>
-cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_t stream) {
-  if (p.b_bn != Tile::kBN || p.b_parts != Tile::kBParts) {
-    return cudaErrorInvalidValue;  // weights split for another tile
-  }
+cudaError_t wgmma_conv_resident_blocks(int* blocks) {
   const auto kernel = split_tf32_wgmma_conv3d_kernel<Tile>;
   const cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
   if (e != cudaSuccess) {
     return e;
   }
-  // Persistent: a block per SM (one fits), or per tile where there are fewer.
   const int sms = current_device_info().multiprocessors;
   if (sms == 0) {
     return cudaErrorInvalidDevice;  // (the device query failed)
+  }
+  if constexpr (Tile::kCluster == 1) {
+    *blocks = sms;
+    return cudaSuccess;
+  } else {
+    cudaLaunchConfig_t config{};
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = Tile::kCluster;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.blockDim = dim3(kWgmmaConvBlockThreads);
+    config.dynamicSmemBytes = Tile::kSmemBytes;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    config.gridDim = dim3(static_cast<unsigned>(sms / Tile::kCluster * Tile::kCluster));
+    int clusters = 0;
+    const cudaError_t o = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+    if (o != cudaSuccess) {
+      return o;
+    }
+    if (clusters <= 0) {
+      return cudaErrorInvalidConfiguration;
+    }
+    *blocks = clusters * Tile::kCluster;
+    return cudaSuccess;
+  }
+}
+
+// Runs the kernel with `Tile` on weights already split into its B tiles (p.w_tiles), over the
+// rows [p.row_begin, p.row_end).
+template <typename Tile>
+cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_t stream) {
+  if (p.b_bn != Tile::kBN || p.b_parts != Tile::kBParts ||
+      p.row_begin % (Tile::kBM * Tile::kCluster) != 0 || p.row_end <= p.row_begin ||
+      p.row_end > p.M) {
+    return cudaErrorInvalidValue;  // weights split for another tile, or rows not the tiles'
+  }
+  int resident = 0;
+  const cudaError_t e = wgmma_conv_resident_blocks<Tile>(&resident);
+  if (e != cudaSuccess) {
+    return e;
   }
   CUtensorMap x_map{};
   if constexpr (Tile::kTmaIm2col) {
@@ -1066,10 +1123,20 @@ cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_
   }
   // Groups of Tile::kCluster row tiles (see the kernel), a cluster per group at most.
   constexpr int kCluster = Tile::kCluster;
-  const int64_t groups = ((p.M + Tile::kBM - 1) / Tile::kBM + kCluster - 1) / kCluster *
-                         ((p.C_out + Tile::kBN - 1) / Tile::kBN);
+  const int64_t row_tiles = (p.row_end - p.row_begin + Tile::kBM - 1) / Tile::kBM;
+  const int64_t groups =
+      (row_tiles + kCluster - 1) / kCluster * ((p.C_out + Tile::kBN - 1) / Tile::kBN);
+  const auto kernel = split_tf32_wgmma_conv3d_kernel<Tile>;
+  // (Set where it launches too: a program that instantiates these templates in two files may
+  // link wgmma_conv_resident_blocks from the other, whose kernel is its own.)
+  const cudaError_t a =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
+  if (a != cudaSuccess) {
+    return a;
+  }
+  const unsigned grid = static_cast<unsigned>(
+      (groups < resident / kCluster ? groups : resident / kCluster) * kCluster);
   if constexpr (kCluster == 1) {
-    const unsigned grid = static_cast<unsigned>(groups < sms ? groups : sms);
     kernel<<<grid, kWgmmaConvBlockThreads, Tile::kSmemBytes, stream>>>(p, x_map);
     return cudaGetLastError();
   } else {
@@ -1084,17 +1151,7 @@ cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_
     config.stream = stream;
     config.attrs = &cluster;
     config.numAttrs = 1;
-    config.gridDim = dim3(static_cast<unsigned>(sms / kCluster * kCluster));
-    int clusters = 0;  // as many as run at once (the GPCs' sizes may leave SMs out)
-    cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
-    if (e != cudaSuccess) {
-      return e;
-    }
-    if (clusters <= 0) {
-      return cudaErrorInvalidConfiguration;
-    }
-    config.gridDim =
-        dim3(static_cast<unsigned>((groups < clusters ? groups : clusters) * kCluster));
+    config.gridDim = dim3(grid);
     return cudaLaunchKernelEx(&config, kernel, p, x_map);
   }
 }
@@ -1127,6 +1184,16 @@ cudaError_t split_tf32_weights(const conv::Conv3dChannelsLastParams& p, const Wg
 // p.relu_channel_moments, relu_moments_of_tiles_kernel after it).
 cudaError_t wgmma_conv_launch(const conv::Conv3dChannelsLastParams& p, void* workspace,
                               cudaStream_t stream);
+// The pipelined ConvTranspose3d -> ReLU -> GroupNorm inference forward with TF32 products
+// (conv::Tf32ConvReluGroupNormParams), where wgmma_conv_tf32_supported: its workspace, and its
+// launches: the weights' split; x's transpose for the first launch's samples; the convolution
+// in up to kMaxPipelineLaunches launches over consecutive rows (one where the side work does not
+// take the tensors: conv_side_work_supported), each followed by the moments, statistics and
+// affine of the samples it completed, and doing as side work the transpose of the next launch's
+// samples and the output of the samples completed before it; the output of the samples left.
+size_t wgmma_tf32_relu_group_norm_workspace_bytes(const conv::Tf32ConvReluGroupNormParams& p);
+cudaError_t wgmma_tf32_relu_group_norm_launch(const conv::Tf32ConvReluGroupNormParams& p,
+                                              void* workspace, cudaStream_t stream);
 
 }  // namespace gpu
 }  // namespace fused_ops

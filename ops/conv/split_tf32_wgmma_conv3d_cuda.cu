@@ -9,6 +9,9 @@
 #include "conv/split_tf32_wgmma_wgrad.cuh"
 
 #include "common/cuda/device_info.cuh"
+#include "common/cuda/launch_utils.cuh"
+#include "common/layout_kernels.h"
+#include "norm/channels_last_kernels.h"
 
 #include <algorithm>
 #include <climits>
@@ -90,7 +93,8 @@ __global__ void split_tf32_weights_kernel(const float* __restrict__ w, WgmmaConv
 // Per (sample n, channel c): the moments of relu(y) over the sample's rows, from the conv
 // kernel's per-(part, segment) (mean, M2) pairs (tile_moments; part b holds rows
 // [b * part_rows, (b + 1) * part_rows) of the flattened M (the tile's kOutRows), and is the
-// sample's segment 1 where it begins in the sample before). A block per (sample, 32 channels): lane
+// sample's segment 1 where it begins in the sample before), for samples first_sample, ...: a block
+// per (sample, 32 channels): lane
 // c reads channel c's pairs (coalesced), warp w the sample's parts w, w + 32, ...; in double,
 // two passes (no division per pair): the mean = sum of count * mean / count, then M2 = sum of M2 +
 // count * (mean_b - mean)^2 (the parts' moments combined exactly, as Chan et al.'s update), each
@@ -100,9 +104,9 @@ constexpr int kMomentsWarps = 32;
 __global__ void __launch_bounds__(kMomentsWarps * 32)
     relu_moments_of_tiles_kernel(const float2* __restrict__ tile_moments, int64_t part_rows,
                                  int64_t spatial, int64_t channels, int64_t channel_chunks,
-                                 norm::Moments* __restrict__ moments) {
+                                 int64_t first_sample, norm::Moments* __restrict__ moments) {
   __shared__ double warp_sums[kMomentsWarps][32];  // 8 KB
-  const int64_t n = blockIdx.x / channel_chunks;
+  const int64_t n = first_sample + blockIdx.x / channel_chunks;
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int64_t c = min(blockIdx.x % channel_chunks * 32 + lane, channels - 1);  // (duplicates)
   const int64_t first_row = n * spatial, end_row = first_row + spatial;
@@ -176,6 +180,23 @@ size_t tile_moments_bytes(const conv::Conv3dShape& s, bool tf32_products) {
   return static_cast<size_t>(parts * 2 * s.C_out) * sizeof(float2);
 }
 
+// relu_moments_of_tiles_kernel for samples [n_begin, n_end) into moments.
+cudaError_t relu_moments_of_tiles(const WgmmaConvParams& p, bool tf32_products, int64_t n_begin,
+                                  int64_t n_end, norm::Moments* moments, cudaStream_t stream) {
+  const int64_t channel_chunks = (p.C_out + 31) / 32;
+  const int64_t blocks = (n_end - n_begin) * channel_chunks;
+  if (blocks <= 0) {
+    return cudaSuccess;
+  }
+  if (blocks > INT_MAX) {
+    return cudaErrorInvalidConfiguration;
+  }
+  relu_moments_of_tiles_kernel<<<static_cast<unsigned>(blocks), kMomentsWarps * 32, 0, stream>>>(
+      p.tile_moments, moment_part_rows(tf32_products), p.spatial, p.C_out, channel_chunks, n_begin,
+      moments);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 bool wgmma_conv_available() {
@@ -227,6 +248,7 @@ WgmmaConvParams wgmma_conv_params(const conv::Conv3dChannelsLastParams& cp, void
     p.stride[i] = s.stride[i], p.padding[i] = s.padding[i], p.dilation[i] = s.dilation[i];
   }
   p.M = s.N * s.Do * s.Ho * s.Wo;
+  p.row_begin = 0, p.row_end = p.M;  // (and no side work)
   p.c_chunks = c_in_pad(s) / kWgmmaConvBK;
   p.x = cp.x;
   p.w_tiles = static_cast<const float*>(workspace);
@@ -269,15 +291,117 @@ cudaError_t wgmma_conv_launch(const conv::Conv3dChannelsLastParams& cp, void* wo
   if (conv != cudaSuccess || cp.relu_channel_moments == nullptr) {
     return conv;
   }
-  const int64_t channel_chunks = (p.C_out + 31) / 32;
-  if (p.N * channel_chunks > INT_MAX) {
-    return cudaErrorInvalidConfiguration;
+  return relu_moments_of_tiles(p, cp.tf32_products, 0, p.N, cp.relu_channel_moments, stream);
+}
+
+// ---- The pipelined ConvTranspose3d -> ReLU -> GroupNorm forward with TF32 products.
+
+namespace {
+
+// The pipeline's launches of the convolution at most: each but the last takes whole rounds of the
+// resident blocks (every block the same number of tiles), and only the first launch's samples of
+// x's transpose and the last launch's of the normalisation run outside the convolution
+// (conv_side_work.cuh). Each launch adds the moments' and statistics' kernels (~18 us, the
+// moments' latency-bound) and a pipeline fill, and the side work slows the products (the
+// producer warps have few registers: one unit's loads in flight each): at the headline on an
+// H100 (2026-11-27, benchmarks/h100-2026-11-27-tf32-pipeline/) the forward took 1.25 ms in 2
+// launches, 1.28 in 3, and more in 4 and 6 (1 launch: 1.31-1.37).
+constexpr int64_t kMaxPipelineLaunches = 2;
+
+size_t align_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Its workspace: the convolution's (split weights, then the tile moments: wgmma_conv_params),
+// the channel moments (N, C_out), the GroupNorm's per-(n, c) affine.
+struct PipelineWorkspace {
+  size_t moments_offset, affine_offset, bytes;
+};
+PipelineWorkspace pipeline_workspace(const conv::Conv3dShape& s) {
+  const size_t conv = align_256(split_weight_bytes(s) + tile_moments_bytes(s, true));
+  const size_t moments = align_256(static_cast<size_t>(s.N * s.C_out) * sizeof(norm::Moments));
+  const size_t affine = static_cast<size_t>(s.N * s.C_out) * sizeof(norm::CenteredAffine<float>);
+  return {conv, conv + moments, conv + moments + affine};
+}
+
+template <typename Tile>
+cudaError_t run_tf32_relu_group_norm(const conv::Tf32ConvReluGroupNormParams& gp, void* workspace,
+                                     cudaStream_t stream) {
+  const conv::Conv3dShape& s = gp.conv.conv;
+  const PipelineWorkspace layout = pipeline_workspace(s);
+  char* const bytes = static_cast<char*>(workspace);
+  auto* const moments = reinterpret_cast<norm::Moments*>(bytes + layout.moments_offset);
+  auto* const affine = reinterpret_cast<norm::CenteredAffine<float>*>(bytes + layout.affine_offset);
+  conv::Conv3dChannelsLastParams cp = gp.conv;
+  cp.tf32_products = true;
+  cp.relu_channel_moments = moments;
+  WgmmaConvParams p = wgmma_conv_params(cp, workspace);
+  FUSED_OPS_RETURN_IF_CUDA_ERROR(split_tf32_weights(cp, p, stream));
+  int resident = 0;
+  FUSED_OPS_RETURN_IF_CUDA_ERROR(wgmma_conv_resident_blocks<Tile>(&resident));
+
+  // Launches of whole rounds of the resident blocks (a multiple of the cluster: row_begin's
+  // alignment), about equal, as many as the rounds allow up to kMaxPipelineLaunches; one where
+  // the side work does not take the tensors (then x's transpose and the normalisation run on
+  // their own, before and after it).
+  const int64_t N = s.N, M = p.M, out_spatial = p.spatial, in_spatial = s.D * s.H * s.W;
+  const int64_t row_tiles = ceil_div(M, Tile::kBM);
+  const bool side_work = conv_side_work_supported(s.C_in, in_spatial) &&
+                         conv_side_work_supported(s.C_out, out_spatial);
+  const int64_t launches =
+      side_work ? std::clamp<int64_t>(row_tiles / resident, 1, kMaxPipelineLaunches) : 1;
+  const int64_t launch_rows =
+      ceil_div(ceil_div(row_tiles, launches), resident) * resident * Tile::kBM;
+  // The samples holding any of rows [0, rows).
+  const auto samples_reaching = [&](int64_t rows) {
+    return std::min(N, ceil_div(std::min(rows, M), out_spatial));
+  };
+  float* const x_ndhwc = const_cast<float*>(cp.x);
+
+  // x's transpose for the first launch's samples; each launch's side work does the next one's.
+  int64_t transposed = samples_reaching(launch_rows);
+  const BatchedTransposeParams first{gp.x_ncdhw, x_ndhwc,    transposed,
+                                     s.C_in,     in_spatial, /*round_to_tf32=*/true};
+  FUSED_OPS_RETURN_IF_CUDA_ERROR(
+      static_cast<cudaError_t>(batched_transpose_cuda.launch(first, nullptr, stream)));
+  p.side = ConvSideWork{gp.x_ncdhw, x_ndhwc,     s.C_in,
+                        in_spatial, 0,           0,
+                        cp.y,       affine,      static_cast<float*>(gp.group_norm.y),
+                        s.C_out,    out_spatial, 0,
+                        0};
+  int64_t normalized = 0;  // samples whose output is written (or is being: a launch's side work)
+  int64_t finalized = 0;   // samples whose statistics and affine are computed
+  for (int64_t row = 0; row < M; row += launch_rows) {
+    const int64_t end = std::min(M, row + launch_rows);
+    p.row_begin = row, p.row_end = end;
+    p.side.transpose_begin = transposed;
+    p.side.transpose_end = transposed = end < M ? samples_reaching(end + launch_rows) : transposed;
+    p.side.normalize_begin = normalized;
+    p.side.normalize_end = normalized = finalized;
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(launch_split_tf32_wgmma_conv3d<Tile>(p, stream));
+    const int64_t complete = end / out_spatial;  // samples whose rows are all computed (N at M)
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(
+        relu_moments_of_tiles(p, /*tf32_products=*/true, finalized, complete, moments, stream));
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(norm::launch_relu_group_norm_channels_last_stats(
+        gp.group_norm, moments, finalized, complete, affine, stream));
+    finalized = complete;
   }
-  relu_moments_of_tiles_kernel<<<static_cast<unsigned>(p.N * channel_chunks), kMomentsWarps * 32, 0,
-                                 stream>>>(p.tile_moments, moment_part_rows(cp.tf32_products),
-                                           p.spatial, p.C_out, channel_chunks,
-                                           cp.relu_channel_moments);
-  return cudaGetLastError();
+  return norm::launch_relu_group_norm_channels_last_normalize(gp.group_norm, normalized, N, affine,
+                                                              stream);
+}
+
+}  // namespace
+
+size_t wgmma_tf32_relu_group_norm_workspace_bytes(const conv::Tf32ConvReluGroupNormParams& p) {
+  return pipeline_workspace(p.conv.conv).bytes;
+}
+
+cudaError_t wgmma_tf32_relu_group_norm_launch(const conv::Tf32ConvReluGroupNormParams& p,
+                                              void* workspace, cudaStream_t stream) {
+  if (!wgmma_conv_tf32_supported(p.conv.conv) || p.group_norm.dtype != ScalarKind::kFloat ||
+      !p.group_norm.channels_last || p.group_norm.x != p.conv.y) {
+    return cudaErrorInvalidValue;  // (the host asks tf32_forward_chosen)
+  }
+  return narrow(p.conv.conv) ? run_tf32_relu_group_norm<Tf32NarrowTile>(p, workspace, stream)
+                             : run_tf32_relu_group_norm<Tf32WideTile>(p, workspace, stream);
 }
 
 // ---- Weight gradient.
@@ -288,8 +412,6 @@ namespace {
 using WgradSplitTile = WgmmaWgradTile<4, true>;
 using WgradTf32Tile = WgmmaWgradTile<4, false>;
 static_assert(WgradSplitTile::kSmemBytes == WgradTf32Tile::kSmemBytes, "one shared memory size");
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 WgmmaWgradParams wgrad_params(const conv::Conv3dShape& s) {
   WgmmaWgradParams p{};

@@ -22,5 +22,19 @@ size_t relu_group_norm_channels_last_workspace_bytes(const ReluGroupNormForwardP
 cudaError_t launch_relu_group_norm_channels_last(const ReluGroupNormForwardParams& p,
                                                  void* workspace, cudaStream_t stream);
 
+// Its last two steps, for samples [n_begin, n_end) of a float32 p, for a caller that has the
+// channel moments a few samples at a time (the pipelined TF32 convolution,
+// split_tf32_wgmma_conv3d_cuda.cu): mean, rstd and the per-(n, c) affine (y = (relu(x) -
+// center) * scale + shift) from channel_moments, then y from x and the affine.
+cudaError_t launch_relu_group_norm_channels_last_stats(const ReluGroupNormForwardParams& p,
+                                                       const Moments* channel_moments,
+                                                       int64_t n_begin, int64_t n_end,
+                                                       CenteredAffine<float>* affine,
+                                                       cudaStream_t stream);
+cudaError_t launch_relu_group_norm_channels_last_normalize(const ReluGroupNormForwardParams& p,
+                                                           int64_t n_begin, int64_t n_end,
+                                                           const CenteredAffine<float>* affine,
+                                                           cudaStream_t stream);
+
 }  // namespace norm
 }  // namespace fused_ops

@@ -154,36 +154,68 @@ Workspace<acc_t> workspace_of(void* base, const Plan& plan, int64_t N, int64_t C
   return ws;
 }
 
+// Step 2 for samples [n_begin, n_end): mean, rstd and the affine of those samples, from their
+// channel moments.
+template <typename scalar_t, typename acc_t>
+cudaError_t launch_stats(const norm::ReluGroupNormForwardParams& p, const norm::Moments* moments,
+                         int64_t n_begin, int64_t n_end, norm::CenteredAffine<acc_t>* affine,
+                         cudaStream_t stream) {
+  const int64_t C = p.sizes.C, G = p.sizes.G;
+  if (n_end <= n_begin) {
+    return cudaSuccess;
+  }
+  if (!grid_fits(n_end - n_begin)) {
+    return cudaErrorInvalidConfiguration;
+  }
+  const size_t stats_smem = static_cast<size_t>(G) * sizeof(MeanRstd);
+  relu_channels_last_stats_kernel<scalar_t, acc_t>
+      <<<static_cast<unsigned>(n_end - n_begin), kFinalizeThreads, stats_smem, stream>>>(
+          moments + n_begin * C, static_cast<int>(C), static_cast<int>(G), p.sizes.HxW,
+          static_cast<const scalar_t*>(p.weight), static_cast<const scalar_t*>(p.bias), p.eps,
+          static_cast<acc_t*>(p.mean) + n_begin * G, static_cast<acc_t*>(p.rstd) + n_begin * G,
+          affine + n_begin * C);
+  return cudaGetLastError();
+}
+
+// Step 3 for samples [n_begin, n_end).
+template <typename scalar_t, typename acc_t>
+cudaError_t launch_affine_to_channels_first(const norm::ReluGroupNormForwardParams& p,
+                                            int64_t n_begin, int64_t n_end,
+                                            const norm::CenteredAffine<acc_t>* affine,
+                                            cudaStream_t stream) {
+  const int64_t C = p.sizes.C, spatial = p.sizes.HxW;
+  const int64_t channel_tiles = ceil_div(C, kTileChannels);
+  const int64_t position_tiles = ceil_div(spatial, kTilePositions);
+  const int64_t map_blocks = (n_end - n_begin) * channel_tiles * position_tiles;
+  if (map_blocks <= 0) {
+    return cudaSuccess;
+  }
+  if (!grid_fits(map_blocks)) {
+    return cudaErrorInvalidConfiguration;
+  }
+  const int64_t offset = n_begin * C * spatial;
+  relu_affine_to_channels_first_kernel<scalar_t, acc_t>
+      <<<static_cast<unsigned>(map_blocks), kThreads, 0, stream>>>(
+          static_cast<const scalar_t*>(p.x) + offset, affine + n_begin * C,
+          static_cast<scalar_t*>(p.y) + offset, C, spatial, channel_tiles, position_tiles);
+  return cudaGetLastError();
+}
+
 template <typename scalar_t>
 cudaError_t launch(const norm::ReluGroupNormForwardParams& p, void* workspace,
                    cudaStream_t stream) {
   using acc_t = typename ScalarOps<scalar_t>::acc_t;
-  const int64_t N = p.sizes.N, C = p.sizes.C, G = p.sizes.G, spatial = p.sizes.HxW;
-  const auto* x = static_cast<const scalar_t*>(p.x);
+  const int64_t N = p.sizes.N, C = p.sizes.C, spatial = p.sizes.HxW;
   const Plan plan = make_plan(C, spatial, sizeof(scalar_t));
   const bool given_moments = p.channel_moments != nullptr;
   const Workspace<acc_t> ws = workspace_of<acc_t>(workspace, plan, N, C, given_moments);
-  const int64_t channel_tiles = ceil_div(C, kTileChannels);
-  const int64_t position_tiles = ceil_div(spatial, kTilePositions);
-  const int64_t map_blocks = N * channel_tiles * position_tiles;
-  if (!grid_fits(N) || !grid_fits(map_blocks)) {
-    return cudaErrorInvalidConfiguration;
-  }
   if (!given_moments) {
     FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_channel_moments<scalar_t, /*kRelu=*/true>(
-        x, N, C, spatial, plan, ws.partial, ws.moments, stream)));
+        static_cast<const scalar_t*>(p.x), N, C, spatial, plan, ws.partial, ws.moments, stream)));
   }
-  const size_t stats_smem = static_cast<size_t>(G) * sizeof(MeanRstd);
-  relu_channels_last_stats_kernel<scalar_t, acc_t>
-      <<<static_cast<unsigned>(N), kFinalizeThreads, stats_smem, stream>>>(
-          given_moments ? p.channel_moments : ws.moments, static_cast<int>(C), static_cast<int>(G),
-          spatial, static_cast<const scalar_t*>(p.weight), static_cast<const scalar_t*>(p.bias),
-          p.eps, static_cast<acc_t*>(p.mean), static_cast<acc_t*>(p.rstd), ws.affine);
-  FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-  relu_affine_to_channels_first_kernel<scalar_t, acc_t>
-      <<<static_cast<unsigned>(map_blocks), kThreads, 0, stream>>>(
-          x, ws.affine, static_cast<scalar_t*>(p.y), C, spatial, channel_tiles, position_tiles);
-  return cudaGetLastError();
+  FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_stats<scalar_t, acc_t>(
+      p, given_moments ? p.channel_moments : ws.moments, 0, N, ws.affine, stream)));
+  return launch_affine_to_channels_first<scalar_t, acc_t>(p, 0, N, ws.affine, stream);
 }
 
 }  // namespace
@@ -206,6 +238,27 @@ cudaError_t launch_relu_group_norm_channels_last(const ReluGroupNormForwardParam
                                                  void* workspace, cudaStream_t stream) {
   return gpu::dispatch_cuda_scalar(
       p.dtype, [&](auto tag) { return gpu::launch<decltype(tag)>(p, workspace, stream); });
+}
+
+cudaError_t launch_relu_group_norm_channels_last_stats(const ReluGroupNormForwardParams& p,
+                                                       const Moments* channel_moments,
+                                                       int64_t n_begin, int64_t n_end,
+                                                       CenteredAffine<float>* affine,
+                                                       cudaStream_t stream) {
+  if (p.dtype != ScalarKind::kFloat) {
+    return cudaErrorInvalidValue;
+  }
+  return gpu::launch_stats<float, float>(p, channel_moments, n_begin, n_end, affine, stream);
+}
+
+cudaError_t launch_relu_group_norm_channels_last_normalize(const ReluGroupNormForwardParams& p,
+                                                           int64_t n_begin, int64_t n_end,
+                                                           const CenteredAffine<float>* affine,
+                                                           cudaStream_t stream) {
+  if (p.dtype != ScalarKind::kFloat) {
+    return cudaErrorInvalidValue;
+  }
+  return gpu::launch_affine_to_channels_first<float, float>(p, n_begin, n_end, affine, stream);
 }
 
 }  // namespace norm

@@ -2,6 +2,7 @@
 // matrix: 32 x 8 threads read it row by row (coalesced along cols), write it through a padded
 // shared-memory tile (no bank conflicts) column by column (coalesced along rows).
 #include "common/cuda/launch_utils.cuh"
+#include "common/cuda/tf32_rounding.cuh"
 #include "common/layout_kernels.h"
 
 namespace fused_ops {
@@ -9,17 +10,6 @@ namespace gpu {
 namespace {
 
 constexpr int kTile = 32;
-
-// v rounded to the nearest TF32 value (10 mantissa bits), ties to even, as cvt.rn.tf32.f32
-// (integer operations: every architecture the file is built for); infinities and NaN as they are.
-__device__ __forceinline__ float tf32_rounded(float v) {
-  uint32_t bits = __float_as_uint(v);
-  if ((bits & 0x7f800000u) != 0x7f800000u) {
-    bits += 0xfffu + ((bits >> 13) & 1u);
-    bits &= ~0x1fffu;
-  }
-  return __uint_as_float(bits);
-}
 constexpr int kTileRows = kThreads / kTile;  // 8: each thread moves 4 elements
 
 __global__ void batched_transpose_kernel(BatchedTransposeParams p, int64_t row_tiles,
