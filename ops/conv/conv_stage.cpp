@@ -264,8 +264,8 @@ bool split_tf32_emits_relu_moments(const at::Tensor& input, const at::Tensor& we
 // ReLU -> GroupNorm inference forward, runs pipelined on our wgmma kernel with TF32 products
 // and the GroupNorm's statistics (run_tf32_conv_relu_group_norm): opted into
 // (FUSED_OPS_TF32_WGMMA=1; see the top of the file), an NCDHW input (its transpose rounds x to
-// TF32), the kernel's TF32 tiles and side work on the current device (tf32_forward_chosen), and
-// a GroupNorm kernel that reads the output in place.
+// TF32), the kernel's TF32 tiles on the current device (tf32_forward_chosen), and a GroupNorm
+// kernel that reads the output in place.
 bool tf32_wgmma_emits_relu_moments(const at::Tensor& input, const at::Tensor& weight,
                                    const Conv3dParams& p) {
 #ifdef FUSED_OPS_WITH_CUTLASS

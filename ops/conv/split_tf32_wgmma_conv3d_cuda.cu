@@ -303,9 +303,10 @@ namespace {
 // x's transpose and the last launch's of the normalisation run outside the convolution
 // (conv_side_work.cuh). Each launch adds the moments' and statistics' kernels (~18 us, the
 // moments' latency-bound) and a pipeline fill, and the side work slows the products (the
-// producer warps have few registers: one unit's loads in flight each): at the headline on an
-// H100 (2026-11-27, benchmarks/h100-2026-11-27-tf32-pipeline/) the forward took 1.25 ms in 2
-// launches, 1.28 in 3, and more in 4 and 6 (1 launch: 1.31-1.37).
+// producer warps have few registers: one unit's loads in flight each). At the headline on an
+// H100 (2026-11-27, benchmarks/h100-2026-11-27-tf32-pipeline/notes.txt) bench.py timed the
+// forward at 1.25 ms in 2 launches and 1.28 in 3; per-call times of one process (host work
+// included): 1 launch 1.37 ms, 2 and 3: 1.30, 4: 1.32, 6: 1.34 (medians).
 constexpr int64_t kMaxPipelineLaunches = 2;
 
 size_t align_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
