@@ -12,12 +12,13 @@
 // they share the SM's memory pipes: the products slow down by about half of the time the passes
 // they hide take on their own (benchmarks/h100-2026-11-27-tf32-pipeline/notes.txt).
 //
-// A unit of work is 16 channels x 64 positions of one sample, moved by one warp: lane
-// (q, j) = (lane / 8, lane % 8) holds channels 4q .. 4q + 3 at positions 4j .. 4j + 3 and
-// 32 + 4j .. 32 + 4j + 3 as two 4 x 4 blocks, loaded and stored as float4 along whichever axis
-// is contiguous (transposed in registers between): every load and store instruction covers
-// whole 32-byte sectors (8 lanes x 16 bytes along positions, 4 lanes x 16 bytes along
-// channels), and a lane has 8 loads in flight. Units are dealt to the launch's warps in turn;
+// A unit of work is 16 channels x 32 kHalves positions of one sample (kHalves 2 or 4: as many
+// as the warpgroup's registers hold, WgmmaConvTile::kSideHalves), moved by one warp: lane
+// (q, j) = (lane / 8, lane % 8) holds channels 4q .. 4q + 3 at positions 32 h + 4j .. 32 h +
+// 4j + 3 for each half h as 4 x 4 blocks, loaded and stored as float4 along whichever axis is
+// contiguous (transposed in registers between): every load and store instruction covers whole
+// 32-byte sectors (8 lanes x 16 bytes along positions, 4 lanes x 16 bytes along channels), and
+// a lane has 4 kHalves loads in flight. Units are dealt to the launch's warps in turn;
 // nothing waits for another block (a launch's side work reads only what earlier launches wrote:
 // stream order). Values: the transpose rounds as the batched transpose does (tf32_rounded), the
 // normalisation computes (relu(y) - center) * scale + shift as the channels-last GroupNorm's
@@ -61,7 +62,7 @@ namespace side_work_detail {
 
 // Indices in 32 bits (registers: these warps have the producer's few): the tensors have fewer
 // than 2^29 elements (split_tf32_conv3d_shape_supported).
-constexpr int kUnitChannels = 16, kUnitPositions = 64;
+constexpr int kUnitChannels = 16;
 
 __device__ __forceinline__ float component(const float4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;  // (i is unrolled: no select)
@@ -69,11 +70,12 @@ __device__ __forceinline__ float component(const float4& v, int i) {
 
 // A (channels, spatial) tensor's units: per sample, channel blocks x position blocks.
 struct Units {
-  int channels, spatial, position_blocks, per_sample;
-  __device__ Units(int64_t c, int64_t s)
+  int channels, spatial, unit_positions, position_blocks, per_sample;
+  __device__ Units(int64_t c, int64_t s, int positions)
       : channels(static_cast<int>(c)),
         spatial(static_cast<int>(s)),
-        position_blocks((spatial + kUnitPositions - 1) / kUnitPositions),
+        unit_positions(positions),
+        position_blocks((spatial + positions - 1) / positions),
         per_sample((channels + kUnitChannels - 1) / kUnitChannels * position_blocks) {}
 };
 
@@ -86,17 +88,18 @@ __device__ __forceinline__ LaneBlock lane_block(const Units& t, int n0, int u, i
   const int r = u % t.per_sample;
   const int c = r / t.position_blocks * kUnitChannels + 4 * (lane >> 3);
   return {n0 + u / t.per_sample, c < t.channels ? c : -1,
-          r % t.position_blocks * kUnitPositions + 4 * (lane & 7)};
+          r % t.position_blocks * t.unit_positions + 4 * (lane & 7)};
 }
 
 // x[n, c + i, s ..] for the lane's positions -> x_ndhwc[n, s .., c ..], TF32-rounded.
+template <int kHalves>
 __device__ __forceinline__ void transpose_unit(const ConvSideWork& w, const Units& t, LaneBlock b) {
   const int C = t.channels, S = t.spatial;
   const float* const x = w.x + (b.n * C + b.c) * S;
   float* const x_ndhwc = w.x_ndhwc + b.n * S * C + b.c;
-  float4 v[2][4];  // [half][channel i]: positions s .. s + 3
+  float4 v[kHalves][4];  // [half][channel i]: positions s .. s + 3
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < kHalves; ++h) {
     const int s = b.s + 32 * h;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -105,7 +108,7 @@ __device__ __forceinline__ void transpose_unit(const ConvSideWork& w, const Unit
     }
   }
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < kHalves; ++h) {
     const int s = b.s + 32 * h;
     if (s < S) {
 #pragma unroll
@@ -119,13 +122,14 @@ __device__ __forceinline__ void transpose_unit(const ConvSideWork& w, const Unit
 }
 
 // y[n, s .., c ..] for the lane's positions -> out[n, c + i, s ..], normalised.
+template <int kHalves>
 __device__ __forceinline__ void normalize_unit(const ConvSideWork& w, const Units& t, LaneBlock b) {
   const int C = t.channels, S = t.spatial;
   const float* const y = w.y + b.n * S * C + b.c;
   float* const out = w.out + (b.n * C + b.c) * S;
-  float4 v[2][4];  // [half][position t]: channels c .. c + 3
+  float4 v[kHalves][4];  // [half][position t]: channels c .. c + 3
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < kHalves; ++h) {
     const int s = b.s + 32 * h;
 #pragma unroll
     for (int t4 = 0; t4 < 4; ++t4) {
@@ -138,7 +142,7 @@ __device__ __forceinline__ void normalize_unit(const ConvSideWork& w, const Unit
   for (int i = 0; i < 4; ++i) {
     const norm::CenteredAffine<float> a = affine[i];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < kHalves; ++h) {
       const int s = b.s + 32 * h;
       const auto f = [&](int t4) {
         return (relu_keep_nan(component(v[h][t4], i)) - a.center) * a.scale + a.shift;
@@ -154,10 +158,12 @@ __device__ __forceinline__ void normalize_unit(const ConvSideWork& w, const Unit
 
 // The launch's side work, by warp `warp` of `warps` (lane `lane`): the transpose's units, then
 // the normalisation's.
+template <int kHalves>
 __device__ __forceinline__ void run_conv_side_work(const ConvSideWork& w, int warp, int warps,
                                                    int lane) {
   using namespace side_work_detail;
-  const Units in(w.in_channels, w.in_spatial), out(w.out_channels, w.out_spatial);
+  const Units in(w.in_channels, w.in_spatial, 32 * kHalves);
+  const Units out(w.out_channels, w.out_spatial, 32 * kHalves);
   const int transpose_units = static_cast<int>(w.transpose_end - w.transpose_begin) * in.per_sample;
   const int units =
       transpose_units + static_cast<int>(w.normalize_end - w.normalize_begin) * out.per_sample;
@@ -165,13 +171,13 @@ __device__ __forceinline__ void run_conv_side_work(const ConvSideWork& w, int wa
     if (u < transpose_units) {
       const LaneBlock b = lane_block(in, static_cast<int>(w.transpose_begin), u, lane);
       if (b.c >= 0) {
-        transpose_unit(w, in, b);
+        transpose_unit<kHalves>(w, in, b);
       }
     } else {
       const LaneBlock b =
           lane_block(out, static_cast<int>(w.normalize_begin), u - transpose_units, lane);
       if (b.c >= 0) {
-        normalize_unit(w, out, b);
+        normalize_unit<kHalves>(w, out, b);
       }
     }
   }

@@ -164,7 +164,7 @@ constexpr int kWgmmaConvMaxBN = 128;      // the widest tile's channels
 constexpr int kWgmmaConvMaxTapBits = 32;  // kD + kH + kW at most (the rows' tap masks)
 
 template <int BN, int Stages, bool Split = true, bool TmaIm2col = false, int Cluster = 1,
-          int MBlocks = 1>
+          int MBlocks = 1, int OutBuffers = 1>
 struct WgmmaConvTile {
   static constexpr int kBN = BN, kStages = Stages;
   // Split TF32 (3 products per float32 product), else plain TF32 (one, as cuDNN's with TF32
@@ -205,10 +205,16 @@ struct WgmmaConvTile {
   static constexpr int kOutParts = kBM / kOutRows;       // staged parts per tile
   static constexpr int kOutPitch = kBN + (TmaIm2col ? 4 : 8);
   static constexpr int kOutBytes = kOutRows * kOutPitch * 4;
+  // Staging buffers: 1, or 2 with parts (one per consumer warpgroup: neither waits for the
+  // other's part to be stored; OutTileHandoff). Two fit the 256-row tiles only with 3 stages,
+  // which cost more than the wait: 0.94 ms at the headline (0.99 with the moments) against 4
+  // stages and one buffer's 0.87 (0.94) on an H100, 2026-11-27 (the check program's "2buf" rows).
+  static constexpr int kOutBuffers = OutBuffers;
+  static_assert(OutBuffers == 1 || (OutBuffers == 2 && kOutParts > 1), "2 buffers with parts");
   // + 1 KB to align the ring to the 1024-byte swizzle atom
-  static constexpr int kSmemBytes = kStages * kStageBytes + kOutBytes + 1024;
-  // Static shared memory besides: the ring's mbarriers and the staged output's three.
-  static constexpr int kStaticSmemBytes = 2 * kStages * 8 + 3 * 8;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kOutBuffers * kOutBytes + 1024;
+  // Static shared memory besides: the ring's mbarriers and the staged output's.
+  static constexpr int kStaticSmemBytes = 2 * kStages * 8 + (kOutBuffers + 2) * 8;
   // Registers per thread after setmaxnreg (the block's 4 x 128 threads share 64 K): the
   // producer keeps 2 per activation row it copies (8 rows), the consumers their accumulators
   // and a K block's sums (kBN floats) and fragments (16 floats), the epilogue warpgroup a few
@@ -218,8 +224,17 @@ struct WgmmaConvTile {
   // and were slower too, 2026-11-26.)
   // (Plain TF32's consumers hold only their accumulators: 16 registers more for the
   // producer's thread of the im2col copies, which spilled its loop's state at 40 in clusters.)
-  static constexpr int kProducerRegisters = Split ? 40 : 56;
-  static constexpr int kConsumerRegisters = Split ? 208 : 200;
+  // Plain TF32 tiles of 128 channels: 32 registers moved from the consumers (184 hold their
+  // 128 accumulators without a spill) to the producer warpgroup, whose idle warps do the
+  // pipelined forward's side work (conv_side_work.cuh) with twice the loads in flight: at the
+  // headline on an H100 (2026-11-27) the products with the whole batch's side work took 0.975
+  // ms instead of 1.020 (0.876 without it, as before). The 64-channel tiles keep 56 / 200: they
+  // spilled 120 bytes at 88 / 184 and were 1-2% slower.
+  static constexpr bool kWideSideWork = !Split && BN == 128;
+  static constexpr int kProducerRegisters = Split ? 40 : kWideSideWork ? 88 : 56;
+  static constexpr int kConsumerRegisters = Split ? 208 : kWideSideWork ? 184 : 200;
+  // The side work's positions per unit, in 32s: as many loads in flight as its registers hold.
+  static constexpr int kSideHalves = kWideSideWork ? 4 : 2;
   static constexpr int kEpilogueRegisters = 56;
   static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024, "an sm_90 block's shared memory");
   static_assert(kProducerRegisters + 2 * kConsumerRegisters + kEpilogueRegisters <= 512,
@@ -531,27 +546,37 @@ __device__ __forceinline__ float sum_column_rows(const float* column, int lo, in
 //     (the other warpgroup) waits for that. Each warpgroup so waits for every phase of its
 //     peer's barrier in turn (a parity wait cannot tell a phase from the one two later; with
 //     one barrier, a warpgroup staging its two blocks back to back skipped its peer's phase).
-// The epilogue warpgroup waits for every phase of `full` in turn. mbarriers: the arrivals
-// release the writes (or reads) before them, the waits acquire them.
-template <int kParts>
+//   - with two buffers (kBuffers 2, parts only): warpgroup wg's parts go to buffer wg, each
+//     with its own `full` barrier; before its part h the writer waits for the epilogue to be
+//     done with part h - 2, its own previous one (free[wg]), not with its peer's.
+// The epilogue warpgroup waits for every phase of `full` (each buffer's) in turn. mbarriers:
+// the arrivals release the writes (or reads) before them, the waits acquire them.
+template <int kParts, int kBuffers = 1>
 struct OutTileHandoff {
-  uint64_t* full;
+  uint64_t* full;                 // [kBuffers]
   uint64_t* free;                 // [2]
   __device__ void init() const {  // by one thread, before a __syncthreads
-    mbarrier_init(smem_u32(full), kParts == 1 ? 256 : 128);
+    for (int b = 0; b < kBuffers; ++b) {
+      mbarrier_init(smem_u32(&full[b]), kParts == 1 ? 256 : 128);
+    }
     mbarrier_init(smem_u32(&free[0]), 128);
     mbarrier_init(smem_u32(&free[1]), 128);
   }
   // Before consumer warpgroup wg fills part h (the tile's, or its block's): the epilogue is
-  // done with the part before. `waited`: this thread's waits so far (its peer's phases seen).
+  // done with the part before (with two buffers: this warpgroup's part before). `waited`: this
+  // thread's waits so far (the phases seen).
   __device__ void consumer_wait_free(int h, int wg, int& waited) const {
-    if (h > 0) {
-      mbarrier_wait(smem_u32(&free[kParts == 1 ? 0 : 1 - wg]), waited & 1);
+    if (kBuffers == 2 ? h >= 2 : h > 0) {
+      mbarrier_wait(smem_u32(&free[kParts == 1 ? 0 : kBuffers == 2 ? wg : 1 - wg]), waited & 1);
       ++waited;
     }
   }
-  __device__ void consumer_arrive_full() const { mbarrier_arrive(smem_u32(full)); }
-  __device__ void epilogue_wait_full(int h) const { mbarrier_wait(smem_u32(full), h & 1); }
+  __device__ void consumer_arrive_full(int wg) const {
+    mbarrier_arrive(smem_u32(&full[kBuffers == 2 ? wg : 0]));
+  }
+  __device__ void epilogue_wait_full(int h) const {
+    mbarrier_wait(smem_u32(&full[h % kBuffers]), (h / kBuffers) & 1);
+  }
   __device__ void epilogue_arrive_free(int h) const {
     mbarrier_arrive(smem_u32(&free[kParts == 1 ? 0 : h % 2]));
   }
@@ -572,13 +597,15 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
   constexpr int kAcc = kBN / 2;  // accumulator floats per thread
 
   extern __shared__ uint8_t smem_raw[];
-  __shared__ uint64_t full_bar[kStages], empty_bar[kStages], out_bar[3];
+  __shared__ uint64_t full_bar[kStages], empty_bar[kStages], out_bar[Tile::kOutBuffers + 2];
   const StageRing<kStages, false> ring{full_bar, empty_bar};
-  const OutTileHandoff<Tile::kOutParts> out_handoff{&out_bar[0], &out_bar[1]};
+  const OutTileHandoff<Tile::kOutParts, Tile::kOutBuffers> out_handoff{&out_bar[0],
+                                                                       &out_bar[Tile::kOutBuffers]};
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_base - smem_u32(smem_raw));
-  // The staged output, after the ring: [kOutRows][kOutPitch] floats.
-  float* const out_tile = reinterpret_cast<float*>(smem + kStages * Tile::kStageBytes);
+  // The staged output, after the ring: kOutBuffers x [kOutRows][kOutPitch] floats.
+  float* const out_tiles = reinterpret_cast<float*>(smem + kStages * Tile::kStageBytes);
+  constexpr int kOutFloats = Tile::kOutBytes / 4;
 
   const int tid = threadIdx.x;
   // Persistent: the tiles in groups of kCluster consecutive row tiles of one channel tile;
@@ -628,7 +655,8 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<Tile::kProducerRegisters>();
     if (tid != 0) {
       if (tid >= 32) {
-        run_conv_side_work(p.side, blockIdx.x * 3 + (tid >> 5) - 1, gridDim.x * 3, tid & 31);
+        run_conv_side_work<Tile::kSideHalves>(p.side, blockIdx.x * 3 + (tid >> 5) - 1,
+                                              gridDim.x * 3, tid & 31);
       }
       finish();
       return;
@@ -793,6 +821,7 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
       // The next part: this tile's next, else the block's next tile's first.
       part = (part + 1) % Tile::kOutParts != 0 ? part + 1 : (group + group_step) * Tile::kOutParts;
       out_handoff.epilogue_wait_full(u);
+      const float* const out_tile = out_tiles + u % Tile::kOutBuffers * kOutFloats;
       if (rows > 0 && n0 + col4 < p.C_out) {  // C_out is a multiple of 4: all 4 columns or none
         for (int r = row_in_step; r < rows; r += kRowsPerStep) {
           *reinterpret_cast<float4*>(p.y + (m0 + r) * p.C_out + n0 + col4) =
@@ -978,6 +1007,7 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
       out_handoff.consumer_wait_free(Tile::kOutParts == 1 ? u : u * Tile::kOutParts + 2 * i + wg,
                                      wg, free_waits);
       const int out_row0 = Tile::kOutParts == 1 ? frag_row0 : (warp & 3) * 16 + g;
+      float* const out_tile = out_tiles + (Tile::kOutBuffers == 2 ? wg : 0) * kOutFloats;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         float* const out_row = out_tile + (out_row0 + 8 * half) * Tile::kOutPitch + 2 * t;
@@ -987,7 +1017,7 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
           *reinterpret_cast<float2*>(out_row + 8 * j) = make_float2(a[0], a[1]);
         }
       }
-      out_handoff.consumer_arrive_full();
+      out_handoff.consumer_arrive_full(wg);
     }
   }
   finish();
