@@ -102,6 +102,7 @@
 #pragma once
 
 #include "common/cuda/device_info.cuh"
+#include "common/cuda/per_device.cuh"
 #include "conv/conv_kernels.h"
 #include "conv/conv_side_work.cuh"
 
@@ -109,6 +110,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 // (Included in both compilation passes: host and device must see the same declarations.)
@@ -1089,45 +1091,46 @@ inline cudaError_t make_x_im2col_map(const WgmmaConvParams& p, int pixels, CUten
 
 // The blocks a launch of the kernel with `Tile` runs at once on the current device (persistent:
 // a block per SM, in clusters of Tile::kCluster as many as fit together: the GPCs' sizes may
-// leave SMs out), into *blocks.
+// leave SMs out), into *blocks. Queried once per device (PerDevice).
 template <typename Tile>
 cudaError_t wgmma_conv_resident_blocks(int* blocks) {
-  const auto kernel = split_tf32_wgmma_conv3d_kernel<Tile>;
-  const cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
-  if (e != cudaSuccess) {
-    return e;
-  }
-  const int sms = current_device_info().multiprocessors;
-  if (sms == 0) {
-    return cudaErrorInvalidDevice;  // (the device query failed)
-  }
-  if constexpr (Tile::kCluster == 1) {
-    *blocks = sms;
-    return cudaSuccess;
-  } else {
-    cudaLaunchConfig_t config{};
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = Tile::kCluster;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.blockDim = dim3(kWgmmaConvBlockThreads);
-    config.dynamicSmemBytes = Tile::kSmemBytes;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    config.gridDim = dim3(static_cast<unsigned>(sms / Tile::kCluster * Tile::kCluster));
-    int clusters = 0;
-    const cudaError_t o = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
-    if (o != cudaSuccess) {
-      return o;
+  static PerDevice<int> cache;
+  cudaError_t error = cudaErrorInvalidDevice;  // (where the device cannot be queried)
+  const int* resident = cache.current([&error](int) -> std::unique_ptr<int> {
+    const auto kernel = split_tf32_wgmma_conv3d_kernel<Tile>;
+    error =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
+    const int sms = current_device_info().multiprocessors;
+    if (error != cudaSuccess || sms == 0) {
+      return nullptr;
     }
-    if (clusters <= 0) {
-      return cudaErrorInvalidConfiguration;
+    if constexpr (Tile::kCluster == 1) {
+      return std::make_unique<int>(sms);
+    } else {
+      cudaLaunchConfig_t config{};
+      cudaLaunchAttribute cluster{};
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = Tile::kCluster;
+      cluster.val.clusterDim.y = 1;
+      cluster.val.clusterDim.z = 1;
+      config.blockDim = dim3(kWgmmaConvBlockThreads);
+      config.dynamicSmemBytes = Tile::kSmemBytes;
+      config.attrs = &cluster;
+      config.numAttrs = 1;
+      config.gridDim = dim3(static_cast<unsigned>(sms / Tile::kCluster * Tile::kCluster));
+      int clusters = 0;
+      error = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+      if (error == cudaSuccess && clusters <= 0) {
+        error = cudaErrorInvalidConfiguration;
+      }
+      return error == cudaSuccess ? std::make_unique<int>(clusters * Tile::kCluster) : nullptr;
     }
-    *blocks = clusters * Tile::kCluster;
-    return cudaSuccess;
+  });
+  if (resident == nullptr) {
+    return error != cudaSuccess ? error : cudaErrorInvalidDevice;
   }
+  *blocks = *resident;
+  return cudaSuccess;
 }
 
 // Runs the kernel with `Tile` on weights already split into its B tiles (p.w_tiles), over the
@@ -1157,8 +1160,9 @@ cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_
   const int64_t groups =
       (row_tiles + kCluster - 1) / kCluster * ((p.C_out + Tile::kBN - 1) / Tile::kBN);
   const auto kernel = split_tf32_wgmma_conv3d_kernel<Tile>;
-  // (Set where it launches too: a program that instantiates these templates in two files may
-  // link wgmma_conv_resident_blocks from the other, whose kernel is its own.)
+  // (Set where it launches: wgmma_conv_resident_blocks sets it once per device, and a program
+  // that instantiates these templates in two files may link that one from the other file,
+  // whose kernel is its own.)
   const cudaError_t a =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
   if (a != cudaSuccess) {

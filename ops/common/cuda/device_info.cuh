@@ -1,13 +1,14 @@
 // The current CUDA device's properties that kernel plans depend on, queried once per device.
 #pragma once
 
+#include "common/cuda/per_device.cuh"
+
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <vector>
+#include <memory>
 
 namespace fused_ops {
 namespace gpu {
@@ -20,30 +21,18 @@ struct DeviceInfo {
 
 // The current device's (cached per device; thread-safe). All zero if a query fails.
 inline DeviceInfo current_device_info() {
-  static std::mutex mutex;
-  static std::vector<DeviceInfo> cache;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    return {};
-  }
-  std::lock_guard<std::mutex> lock(mutex);
-  if (static_cast<size_t>(device) >= cache.size()) {
-    cache.resize(device + 1);
-  }
-  DeviceInfo& info = cache[device];
-  if (info.shared_memory == 0) {
+  static PerDevice<DeviceInfo> cache;
+  const DeviceInfo* info = cache.current([](int device) -> std::unique_ptr<DeviceInfo> {
     int bytes = 0, sms = 0, major = 0;
     if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
             cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-      return {};
+      return nullptr;
     }
-    info.shared_memory = static_cast<size_t>(bytes);
-    info.multiprocessors = sms;
-    info.tensor_cores = major >= 8;
-  }
-  return info;
+    return std::make_unique<DeviceInfo>(DeviceInfo{static_cast<size_t>(bytes), sms, major >= 8});
+  });
+  return info != nullptr ? *info : DeviceInfo{};
 }
 
 // The probe of Sm90aImageQuery: its sm_90a image holds static shared memory, any other image
@@ -89,15 +78,7 @@ class Sm90aImageQuery {
       : probe_(probe), disable_env_(disable_env) {}
 
   bool operator()() {
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) {
-      return false;
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (static_cast<size_t>(device) >= cache_.size()) {
-      cache_.resize(device + 1, -1);
-    }
-    if (cache_[device] < 0) {
+    const bool* runs = cache_.current([this](int device) {
       int major = 0, minor = 0;
       const bool sm90 = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
                             cudaSuccess &&
@@ -113,16 +94,15 @@ class Sm90aImageQuery {
           cudaGetLastError();  // (a failed query leaves its error behind; clear only that one)
         }
       }
-      cache_[device] = image && !env_switch_off(disable_env_) ? 1 : 0;
-    }
-    return cache_[device] == 1;
+      return std::make_unique<bool>(image && !env_switch_off(disable_env_));
+    });
+    return runs != nullptr && *runs;
   }
 
  private:
   const void* probe_;
   const char* disable_env_;
-  std::mutex mutex_;
-  std::vector<int> cache_;  // per device: -1 unknown, 0 no, 1 yes
+  PerDevice<bool> cache_;
 };
 
 }  // namespace gpu

@@ -17,11 +17,12 @@
 //   side->fork(stream); ...enqueue on side->stream() and stream...; side->join(stream);
 #pragma once
 
+#include "common/cuda/per_device.cuh"
+
 #include <cuda_runtime.h>
 
 #include <memory>
 #include <mutex>
-#include <vector>
 
 namespace fused_ops {
 namespace gpu {
@@ -32,24 +33,11 @@ class SideStream {
   // be queried or the stream or its events cannot be created (the caller then runs both
   // chains on its own stream).
   static SideStream* current() {
-    static std::mutex registry_mutex;
-    static std::vector<std::unique_ptr<SideStream>> registry;
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) {
-      return nullptr;
-    }
-    std::lock_guard<std::mutex> lock(registry_mutex);
-    if (static_cast<size_t>(device) >= registry.size()) {
-      registry.resize(device + 1);
-    }
-    if (registry[device] == nullptr) {
+    static PerDevice<SideStream> registry;
+    return registry.current([](int) -> std::unique_ptr<SideStream> {
       auto side = std::unique_ptr<SideStream>(new SideStream());
-      if (!side->create()) {
-        return nullptr;  // (tried again by the next call)
-      }
-      registry[device] = std::move(side);
-    }
-    return registry[device].get();
+      return side->create() ? std::move(side) : nullptr;  // (null: tried again by the next call)
+    });
   }
 
   cudaStream_t stream() const { return stream_; }
