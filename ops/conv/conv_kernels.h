@@ -470,18 +470,18 @@ struct Conv3dChannelsLastParams {
   // without reading y back.
   norm::Moments* relu_channel_moments;
   // Plain TF32 products (one tensor-core product per float32 product, as cuDNN's with
-  // PyTorch's allow_tf32; x must hold TF32-rounded values) instead of split-TF32 ones: only
-  // where Hopper's wgmma kernel with the im2col copies takes the shape (tf32_forward_chosen).
+  // PyTorch's allow_tf32; x must hold TF32-rounded values) instead of split-TF32 ones: set by
+  // tf32_relu_group_norm_forward's launch (and the wgmma check program), never taken by forward.
   bool tf32_products = false;
 };
 
 // ConvTranspose3d -> ReLU -> GroupNorm's inference forward with TF32 products, pipelined
 // (SplitTf32Conv3dCudaKernel::tf32_relu_group_norm_forward): the convolution is conv's forward
-// rewrite with tf32_products, whose NDHWC input conv.x the launch fills from x_ncdhw (N, C_in, D,
-// H, W; transposed and rounded to TF32 as it goes) and whose output conv.y (NDHWC) it writes,
-// with the statistics (conv.relu_channel_moments: ignored, the launch keeps them in its
-// workspace); the GroupNorm is group_norm (float32, channels_last, x = conv.y, channel_moments
-// ignored): its output y (N, C_out, Do, Ho, Wo), mean and rstd (N, G) written.
+// rewrite (tf32_products: the launch sets it), whose NDHWC input conv.x the launch fills from
+// x_ncdhw (N, C_in, D, H, W; transposed and rounded to TF32 as it goes) and whose output conv.y
+// (NDHWC) it writes, with the statistics (conv.relu_channel_moments: ignored, the launch keeps them
+// in its workspace); the GroupNorm is group_norm (float32, channels_last, x = conv.y,
+// channel_moments ignored): its output y (N, C_out, Do, Ho, Wo), mean and rstd (N, G) written.
 struct Tf32ConvReluGroupNormParams {
   Conv3dChannelsLastParams conv;
   const float* x_ncdhw;

@@ -659,7 +659,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> run_tf32_conv_relu_gr
   const at::Tensor input = aligned_16(unaligned_input);  // NCDHW (tf32_wgmma_emits_relu_moments)
   const at::Tensor weight = aligned_16(unaligned_weight);
   Conv3dChannelsLastParams conv = split_tf32_params_of_transposed(input, weight, p);
-  conv.tf32_products = true;
   const Conv3dShape& s = conv.conv;
   const auto options = input.options();
   // x NDHWC (written by the launch: transposed, TF32-rounded), KTRSC filter, y NDHWC.

@@ -47,10 +47,9 @@ size_t forward_workspace_bytes(const conv::Conv3dChannelsLastParams& p) {
 
 int forward_launch(const conv::Conv3dChannelsLastParams& p, void* workspace, void* stream) {
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  if (p.tf32_products) {  // (the host asks tf32_forward_chosen)
-    return static_cast<int>(wgmma_conv_tf32_supported(p.conv)
-                                ? wgmma_conv_launch(p, workspace, cuda_stream)
-                                : cudaErrorInvalidValue);
+  if (p.tf32_products) {
+    // (The library's plain-TF32 forward runs through tf32_relu_group_norm_forward.)
+    return static_cast<int>(cudaErrorInvalidValue);
   }
   if (wgmma_conv_supported(p.conv)) {
     return static_cast<int>(wgmma_conv_launch(p, workspace, cuda_stream));
