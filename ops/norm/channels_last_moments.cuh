@@ -9,7 +9,8 @@
 // loads, all eight issued before the first use). B and vectors_per_block are multiples of
 // period = C / V, so every vector a thread reads holds the same V channels,
 // (t % period) * V ... + V - 1: each thread keeps V running (sum, sum of squares) pairs in
-// double of d = v - shift[c], v = x (relu(x) with kRelu) and shift[c] the channel's v at the
+// double of d = v - shift[c], v = x (relu(x) with kRelu; x + bias[c] first where the
+// caller gives a bias) and shift[c] the channel's v at the
 // sample's first position (shifted sums: no E[x^2] - mean^2 cancellation, as in every other
 // kernel), with no per-element index arithmetic. The block then sums, per channel, the pairs
 // of the B / period threads that hold it, in a fixed order, through shared memory, and writes
@@ -53,8 +54,17 @@ __device__ __forceinline__ double value_of(double x) {
   return kRelu ? relu_keep_nan(x) : x;
 }
 
+// x + bias (a channel's value or 0) in x's accumulation type, rounded as the separate bias
+// add it replaces would round it (relu_group_norm's x_bias), in double.
+template <typename scalar_t>
+__device__ __forceinline__ double biased(scalar_t x, typename ScalarOps<scalar_t>::acc_t bias) {
+  return static_cast<double>(ScalarOps<scalar_t>::to_acc(x) + bias);
+}
+
+// bias: null, or a value per channel added to x first (relu_group_norm's x_bias).
 template <typename scalar_t, bool kRelu>
 __global__ void channels_last_partial_moments_kernel(const scalar_t* __restrict__ x,
+                                                     const scalar_t* __restrict__ bias,
                                                      int64_t vectors_per_sample,
                                                      int64_t chunks_per_sample,
                                                      int64_t vectors_per_block, int channels,
@@ -77,14 +87,19 @@ __global__ void channels_last_partial_moments_kernel(const scalar_t* __restrict_
   }
   // The shifts of this thread's V channels: their values at the sample's first position,
   // which is the sample's vector t % period.
+  using acc_t = typename ScalarOps<scalar_t>::acc_t;
   const uint4 shift_raw = __ldg(sample + threadIdx.x % period);
   const scalar_t* shift_lanes = reinterpret_cast<const scalar_t*>(&shift_raw);
+  acc_t channel_bias[V];
   double shift[V];
   double sum[V];
   double sum_sq[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    shift[j] = value_of<kRelu>(ScalarOps<scalar_t>::to_double(shift_lanes[j]));
+    channel_bias[j] = bias != nullptr
+                          ? ScalarOps<scalar_t>::to_acc(bias[threadIdx.x % period * V + j])
+                          : acc_t(0);
+    shift[j] = value_of<kRelu>(biased(shift_lanes[j], channel_bias[j]));
     sum[j] = 0.0;
     sum_sq[j] = 0.0;
   }
@@ -94,7 +109,7 @@ __global__ void channels_last_partial_moments_kernel(const scalar_t* __restrict_
       const scalar_t* lanes = reinterpret_cast<const scalar_t*>(&raw[k]);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const double d = value_of<kRelu>(ScalarOps<scalar_t>::to_double(lanes[j])) - shift[j];
+        const double d = value_of<kRelu>(biased(lanes[j], channel_bias[j])) - shift[j];
         sum[j] += d;
         sum_sq[j] = fma(d, d, sum_sq[j]);
       }
@@ -124,6 +139,7 @@ __global__ void channels_last_partial_moments_kernel(const scalar_t* __restrict_
 template <typename scalar_t, bool kRelu>
 __global__ void __launch_bounds__(kThreads)
     channels_last_channel_moments_kernel(const scalar_t* __restrict__ x,
+                                         const scalar_t* __restrict__ bias,
                                          const double2* __restrict__ partial,
                                          int64_t chunks_per_sample, int64_t channels,
                                          int64_t spatial, int64_t num_items,
@@ -147,8 +163,10 @@ __global__ void __launch_bounds__(kThreads)
   q = warp_allreduce_sum(q);
   if (lane == 0) {
     // The shift pass 1 took: the channel's value at the sample's first position.
+    using acc_t = typename ScalarOps<scalar_t>::acc_t;
     const double shift =
-        value_of<kRelu>(ScalarOps<scalar_t>::to_double(x[n * spatial * channels + c]));
+        value_of<kRelu>(biased(x[n * spatial * channels + c],
+                               bias != nullptr ? ScalarOps<scalar_t>::to_acc(bias[c]) : acc_t(0)));
     moments[item] = norm::moments_from_shifted_sums(shift, s, q, static_cast<double>(spatial));
   }
 }
@@ -166,12 +184,12 @@ struct Plan {
   }
 };
 
-// Launches both kernels: moments[n * C + c] of channel c of sample n, from the pass-1 pairs in
-// `partial` (plan.partial_bytes(N, C) of workspace).
+// Launches both kernels: moments[n * C + c] of channel c of sample n (of x + bias where bias is
+// not null), from the pass-1 pairs in `partial` (plan.partial_bytes(N, C) of workspace).
 template <typename scalar_t, bool kRelu>
-cudaError_t launch_channel_moments(const scalar_t* x, int64_t N, int64_t C, int64_t spatial,
-                                   const Plan& plan, double2* partial, norm::Moments* moments,
-                                   cudaStream_t stream) {
+cudaError_t launch_channel_moments(const scalar_t* x, const scalar_t* bias, int64_t N, int64_t C,
+                                   int64_t spatial, const Plan& plan, double2* partial,
+                                   norm::Moments* moments, cudaStream_t stream) {
   const int64_t moment_blocks = blocks_for_warp_items(N * C);
   if (!grid_fits(N * plan.chunks_per_sample) || !grid_fits(moment_blocks)) {
     return cudaErrorInvalidConfiguration;
@@ -179,12 +197,12 @@ cudaError_t launch_channel_moments(const scalar_t* x, int64_t N, int64_t C, int6
   const size_t smem = static_cast<size_t>(plan.threads) * plan.vector_width * sizeof(double2);
   channels_last_partial_moments_kernel<scalar_t, kRelu>
       <<<static_cast<unsigned>(N * plan.chunks_per_sample), plan.threads, smem, stream>>>(
-          x, plan.vectors_per_sample, plan.chunks_per_sample, plan.vectors_per_block,
+          x, bias, plan.vectors_per_sample, plan.chunks_per_sample, plan.vectors_per_block,
           static_cast<int>(C), plan.period, partial);
   FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
   channels_last_channel_moments_kernel<scalar_t, kRelu>
       <<<static_cast<unsigned>(moment_blocks), kThreads, 0, stream>>>(
-          x, partial, plan.chunks_per_sample, C, spatial, N * C, moments);
+          x, bias, partial, plan.chunks_per_sample, C, spatial, N * C, moments);
   return cudaGetLastError();
 }
 

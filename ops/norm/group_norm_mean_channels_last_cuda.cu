@@ -88,7 +88,7 @@ cudaError_t launch(const norm::GroupNormMeanForwardParams& p, void* workspace,
     return cudaErrorInvalidConfiguration;
   }
   FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_channel_moments<scalar_t, /*kRelu=*/false>(
-      x, N, C, spatial, plan, partial, moments, stream)));
+      x, /*bias=*/nullptr, N, C, spatial, plan, partial, moments, stream)));
   const size_t pass2_smem =
       static_cast<size_t>(G) * sizeof(MeanRstd) + kFinalizeThreads * sizeof(double);
   channels_last_finalize_kernel<scalar_t, stat_t>

@@ -37,6 +37,10 @@ struct ReluGroupNormForwardParams {
   // over the HxW positions, [N][C], computed already (by the convolution that wrote x, which
   // then need not be read twice).
   const Moments* channel_moments;
+  // Optional (channels_last CUDA only; null: none): a per-channel value (C entries, x's dtype)
+  // added to x before the ReLU, y = group_norm(relu(x + x_bias)): the conv bias that a
+  // convolution left out of the output it wrote (a pass over that output fewer).
+  const void* x_bias;
 };
 
 // relu_group_norm backward. x is the pre-ReLU input of the forward, dy the gradient of y;

@@ -1,5 +1,6 @@
-// relu_group_norm forward on a channels-last input: y = group_norm(relu(x)) with x stored
-// (N, spatial, C), channels innermost (what cuDNN's NDHWC convolutions and our split-TF32
+// relu_group_norm forward on a channels-last input: y = group_norm(relu(x)) (relu(x + x_bias)
+// where the caller gives x_bias: a conv bias left out of x) with x stored (N, spatial, C),
+// channels innermost (what cuDNN's NDHWC convolutions and our split-TF32
 // convolution write), and y written (N, C, spatial), the layout of the operator's output. In a
 // conv operator this replaces a transpose of the whole conv output (0.22 ms of cuDNN's
 // nhwcToNchw kernel at the ConvTranspose3d headline on an H100, 2026-11-22) by reading it as
@@ -75,6 +76,7 @@ constexpr int kLanePositions = kTilePositions / kWarpSize;  // 2 positions per l
 template <typename scalar_t, typename acc_t>
 __global__ void __launch_bounds__(kThreads)
     relu_affine_to_channels_first_kernel(const scalar_t* __restrict__ x,
+                                         const scalar_t* __restrict__ x_bias,
                                          const norm::CenteredAffine<acc_t>* __restrict__ affine,
                                          scalar_t* __restrict__ y, int64_t C, int64_t spatial,
                                          int64_t channel_tiles, int64_t position_tiles) {
@@ -99,9 +101,10 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (channel_inside) {
     const norm::CenteredAffine<acc_t> a = affine[n * C + c];
+    const acc_t b = x_bias != nullptr ? ScalarOps<scalar_t>::to_acc(x_bias[c]) : acc_t(0);
 #pragma unroll
     for (int k = 0; k < kPositionsPerWarp; ++k) {
-      tile[lane][warp + k * kWarps] = (relu_keep_nan(xs[k]) - a.center) * a.scale + a.shift;
+      tile[lane][warp + k * kWarps] = (relu_keep_nan(xs[k] + b) - a.center) * a.scale + a.shift;
     }
   }
   __syncthreads();
@@ -196,8 +199,9 @@ cudaError_t launch_affine_to_channels_first(const norm::ReluGroupNormForwardPara
   const int64_t offset = n_begin * C * spatial;
   relu_affine_to_channels_first_kernel<scalar_t, acc_t>
       <<<static_cast<unsigned>(map_blocks), kThreads, 0, stream>>>(
-          static_cast<const scalar_t*>(p.x) + offset, affine + n_begin * C,
-          static_cast<scalar_t*>(p.y) + offset, C, spatial, channel_tiles, position_tiles);
+          static_cast<const scalar_t*>(p.x) + offset, static_cast<const scalar_t*>(p.x_bias),
+          affine + n_begin * C, static_cast<scalar_t*>(p.y) + offset, C, spatial, channel_tiles,
+          position_tiles);
   return cudaGetLastError();
 }
 
@@ -211,7 +215,8 @@ cudaError_t launch(const norm::ReluGroupNormForwardParams& p, void* workspace,
   const Workspace<acc_t> ws = workspace_of<acc_t>(workspace, plan, N, C, given_moments);
   if (!given_moments) {
     FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_channel_moments<scalar_t, /*kRelu=*/true>(
-        static_cast<const scalar_t*>(p.x), N, C, spatial, plan, ws.partial, ws.moments, stream)));
+        static_cast<const scalar_t*>(p.x), static_cast<const scalar_t*>(p.x_bias), N, C, spatial,
+        plan, ws.partial, ws.moments, stream)));
   }
   FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_stats<scalar_t, acc_t>(
       p, given_moments ? p.channel_moments : ws.moments, 0, N, ws.affine, stream)));

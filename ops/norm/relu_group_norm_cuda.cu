@@ -412,8 +412,13 @@ struct ForwardFamily {
   }
   static cudaError_t launch(const norm::ReluGroupNormForwardParams& p, void* workspace,
                             cudaStream_t stream) {
-    return p.channels_last ? norm::launch_relu_group_norm_channels_last(p, workspace, stream)
-                           : launch_forward<T>(p, workspace, stream);
+    if (p.channels_last) {
+      return norm::launch_relu_group_norm_channels_last(p, workspace, stream);
+    }
+    if (p.x_bias != nullptr) {
+      return cudaErrorInvalidValue;  // (the channels-last kernel's only: the host checks)
+    }
+    return launch_forward<T>(p, workspace, stream);
   }
 };
 
