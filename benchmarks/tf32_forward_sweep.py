@@ -1,6 +1,7 @@
 """Times the TF32 ConvTranspose3d -> ReLU -> GroupNorm inference forward on two paths.
 
-Over shapes of the TF32 rewrite's family (k = 3, stride 1, no padding), with TF32 allowed:
+Over shapes of the TF32 rewrite's family (k = 3, stride 1, no padding; with a conv bias and
+random GroupNorm affine), with TF32 allowed:
 cuDNN's convolution (FUSED_OPS_TF32_WGMMA=0) against the pipelined forward on our wgmma kernel
 (FUSED_OPS_TF32_WGMMA=1; both read per call), in one process: per path the median and the
 minimum over 7 timings of 10 back-to-back calls (CUDA events; per call), the path, and the
