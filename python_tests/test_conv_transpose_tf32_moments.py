@@ -132,18 +132,24 @@ def test_tf32_off_keeps_split_products():
     assert path.startswith("transposed_as_forward_split_tf32")
 
 
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["float32", "float16", "bfloat16"]
+)
 @pytest.mark.parametrize("c_out", [16, 6], ids=["C16", "C6"])
 @pytest.mark.parametrize("layout", ["ncdhw", "ndhwc"])
-def test_cudnn_path_adds_the_conv_bias_in_the_group_norm(c_out, layout, monkeypatch):
-    """On cuDNN's path the conv bias is not in the convolution's output: the channels-last
-    GroupNorm adds it as it reads that output (relu(y + b)), or, where that kernel does not take
-    the channel count (C = 6: not a multiple of 4), the output gets it first, as ATen would add
-    it. Large biases (so that a lost one shows), against float64."""
+def test_cudnn_path_adds_the_conv_bias_in_the_group_norm(dtype, c_out, layout, monkeypatch):
+    """On cuDNN's path (TF32 for float32, and the half types) the conv bias is not in the
+    convolution's output: the channels-last GroupNorm adds it as it reads that output
+    (relu(y + b)), or, where that kernel does not take the channel count (C = 6: not a multiple
+    of its 16-byte vectors), the output gets it first, as ATen would add it. Large biases (so
+    that a lost one shows), against float64: at most twice eager's error."""
     monkeypatch.setenv("FUSED_OPS_TF32_WGMMA", "0")
-    args = conv_transpose_args((2, 8, 5, 6, 7), c_out, 3, 2, device="cuda", requires_grad=False)
+    args = conv_transpose_args(
+        (2, 8, 5, 6, 7), c_out, 3, 2, dtype=dtype, device="cuda", requires_grad=False
+    )
     g = torch.Generator(device="cuda").manual_seed(c_out)
-    args[0] = torch.rand(args[0].shape, device="cuda", generator=g)
-    args[2] = torch.randn(c_out, device="cuda", generator=g)
+    args[0] = torch.rand(args[0].shape, device="cuda", generator=g).to(dtype)
+    args[2] = torch.randn(c_out, device="cuda", generator=g).to(dtype)
     if layout == "ndhwc":
         args[0] = args[0].to(memory_format=torch.channels_last_3d)
     with torch.no_grad():
@@ -156,5 +162,5 @@ def test_cudnn_path_adds_the_conv_bias_in_the_group_norm(c_out, layout, monkeypa
     assert path.startswith("transposed_as_forward -> relu_group_norm"), path
     ref = _float64(args)
     fused_err, eager_err = _rel(out, ref), _rel(eager, ref)
-    assert fused_err <= 2 * eager_err and fused_err < 2e-3, (fused_err, eager_err)
-    assert _rel(unbiased, ref) > 100 * fused_err  # (the bias matters here)
+    assert fused_err <= 2 * eager_err, (fused_err, eager_err)
+    assert _rel(unbiased, ref) > 10 * fused_err  # (the bias matters here)

@@ -28,16 +28,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_with_conv_out
     return run_tf32_conv_relu_group_norm(input, weight, conv_bias, params,
                                          concrete(shapes.group_norm), gn_weight, gn_bias, eps);
   }
-  // The conv bias of the inference forward's cuDNN convolution (the TF32 rewrite): ATen adds it
-  // to the convolution's output in a pass of its own, which the channels-last GroupNorm does as
-  // it reads that output instead (relu(y + b), y + b rounded as ATen's add rounds it). Measured
-  // at the headline with a conv bias on an H100 (2026-11-27, benchmarks/h100-2026-11-27-tf32-
-  // sweep): 1.565 -> 1.301 ms. (Our own convolutions add it in their epilogue; the training
-  // forward saves the output with it.)
+  // The conv bias of the inference forward's cuDNN convolution (the forward rewrite: TF32, or
+  // float16 / bfloat16): ATen adds it to the convolution's output in a pass of its own, which
+  // the channels-last GroupNorm does as it reads that output instead (relu(y + b), y + b in
+  // float32: as ATen's add rounds it for float32; for the half types without its rounding to
+  // them). Measured at the headline shape with a conv bias, float32, on an H100 (2026-11-27,
+  // benchmarks/h100-2026-11-27-tf32-sweep): 1.565 -> 1.301 ms. (Our own convolutions add it in
+  // their epilogue; the training forward saves the output with it.)
   const bool has_conv_bias = conv_bias.has_value() && conv_bias->defined();
   const bool fold_conv_bias =
       layout == ConvOutputLayout::kAsComputed && has_conv_bias && input.is_cuda() &&
-      input.scalar_type() == at::kFloat && input.numel() > 0 &&
+      input.numel() > 0 &&
       select_conv_path(input, weight, params, ConvConsumer::kReluGroupNorm) ==
           ConvPath::kTransposedAsForward;
   // The GroupNorm's statistics, where the convolution computes them (conv_emits_relu_moments:

@@ -54,8 +54,9 @@ __device__ __forceinline__ double value_of(double x) {
   return kRelu ? relu_keep_nan(x) : x;
 }
 
-// x + bias (a channel's value or 0) in x's accumulation type, rounded as the separate bias
-// add it replaces would round it (relu_group_norm's x_bias), in double.
+// x + bias (a channel's value or 0) in x's accumulation type (relu_group_norm's x_bias: float32
+// rounds it as the separate bias add it replaces; the half types skip that add's rounding to
+// them), in double.
 template <typename scalar_t>
 __device__ __forceinline__ double biased(scalar_t x, typename ScalarOps<scalar_t>::acc_t bias) {
   return static_cast<double>(ScalarOps<scalar_t>::to_acc(x) + bias);
