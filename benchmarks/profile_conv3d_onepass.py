@@ -22,6 +22,8 @@ import torch
 
 if importlib.util.find_spec("fused_ops") is None:  # not installed: the source checkout's
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from timing import back_to_back_ms  # noqa: E402
+
 import fused_ops  # noqa: E402
 
 
@@ -75,13 +77,7 @@ def main() -> int:
 
 def time_ms(fn, iters=20) -> float:
     fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
+    return back_to_back_ms(fn, iters)
 
 
 def report_phases(model, x, op_args) -> None:

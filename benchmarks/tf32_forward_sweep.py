@@ -24,6 +24,8 @@ import torch.nn.functional as F
 
 if importlib.util.find_spec("fused_ops") is None:  # not installed: the source checkout's
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from timing import back_to_back_ms, require_cuda  # noqa: E402
+
 import fused_ops  # noqa: E402
 
 # (N, C_in, C_out, S): the headline first, then batch, channel and spatial variations.
@@ -51,16 +53,7 @@ OP = "conv_transpose3d_relu_group_norm"
 def timed(op, args, reps=7, calls=10):
     for _ in range(3):
         op(*args)
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            op(*args)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / calls)
+    times = [back_to_back_ms(lambda: op(*args), calls) for _ in range(reps)]
     return statistics.median(times), min(times)
 
 
@@ -100,9 +93,7 @@ def main() -> int:
         "shapes", nargs="*", metavar="N,C_in,C_out,S", help="shapes (default: the sweep's 15)"
     )
     options = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("tf32_forward_sweep.py: needs a CUDA GPU")
-        return 2
+    require_cuda("tf32_forward_sweep.py")
     torch.backends.cudnn.allow_tf32 = True
     shapes = [tuple(int(v) for v in s.split(",")) for s in options.shapes] or SHAPES
     print(torch.cuda.get_device_name(), "| torch", torch.__version__)

@@ -8,7 +8,8 @@ in alternating batches, a batch during which other processes ran timed again),
 the same run), the torch.compile timeout (``alarm``), TF32 switching, and ``Runner``, which
 measures every (case, TF32 setting, implementation, mode) row: eager and fused first, then
 the torch.compile tasks within the time budget. A case is one workload at one size and, in
-the CPU sweep, one thread count. ``require_cuda`` is the clean exit of the GPU-only scripts.
+the CPU sweep, one thread count. ``require_cuda`` is the clean exit of the GPU-only scripts,
+``back_to_back_ms`` their timing of calls issued back to back.
 """
 
 from __future__ import annotations
@@ -42,6 +43,18 @@ def require_cuda(script):
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def back_to_back_ms(fn, calls):
+    """ms per call of `calls` calls of fn() issued back to back between two CUDA events (the
+    host's launches overlapping the GPU's work, as in a model's steps); the caller warms up."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / calls
 
 
 def quantile(sorted_vals, q):
