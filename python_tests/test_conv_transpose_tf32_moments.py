@@ -109,18 +109,16 @@ def test_cudnn_by_default(monkeypatch):
 
 
 def test_ndhwc_input_and_training_run_cudnn():
-    """An NDHWC input is not rounded by a transpose, so cuDNN's convolution runs; a forward that
-    autograd records saves the conv output in the input's layout (cuDNN's)."""
+    """An NDHWC input is not rounded by a transpose, so cuDNN's convolution runs; so does a
+    forward that autograd records, whose GroupNorm reads cuDNN's NDHWC output and writes the
+    saved conv output in the input's layout."""
     args = _args("k3")
     cl = list(args)
     cl[0] = args[0].to(memory_format=torch.channels_last_3d)
     with torch.no_grad():
         assert fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *cl) == TF32_CUDNN
     args[0].requires_grad_(True)
-    assert (
-        fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args)
-        == "transposed_as_forward -> relu_group_norm"
-    )
+    assert fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args) == TF32_CUDNN
 
 
 def test_tf32_off_keeps_split_products():
@@ -164,3 +162,56 @@ def test_cudnn_path_adds_the_conv_bias_in_the_group_norm(dtype, c_out, layout, m
     fused_err, eager_err = _rel(out, ref), _rel(eager, ref)
     assert fused_err <= 2 * eager_err, (fused_err, eager_err)
     assert _rel(unbiased, ref) > 10 * fused_err  # (the bias matters here)
+
+
+def _grads(out, leaves, grad_output):
+    return torch.autograd.grad(out, leaves, grad_output)
+
+
+@pytest.mark.parametrize("c_out", [16, 6], ids=["C16", "C6"])
+@pytest.mark.parametrize("layout", ["ncdhw", "ndhwc"])
+def test_training_forward_saves_the_conv_output_from_the_normalise_pass(c_out, layout, monkeypatch):
+    """A training forward on cuDNN's path (float32, TF32) with a conv bias: for an NCDHW input
+    and C = 16, the convolution runs NDHWC without the bias, and the channels-last GroupNorm adds
+    it as it reads the output and writes the saved conv output (NCDHW, with the bias) in its
+    normalise pass; C = 6 (a channel count that kernel does not take) and an NDHWC input save
+    the output as before. The saved conv output against float64 (it holds the bias), and the
+    output and every gradient: at most twice eager's error (plus 1e-4, a tenth of TF32's)."""
+    monkeypatch.setenv("FUSED_OPS_TF32_WGMMA", "0")
+    args = conv_transpose_args((2, 8, 5, 6, 7), c_out, 3, 2, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(c_out)
+    x = torch.rand(args[0].shape, device="cuda", generator=g)
+    if layout == "ndhwc":
+        x = x.to(memory_format=torch.channels_last_3d)
+    args[0] = x.requires_grad_()
+    args[2] = torch.randn(c_out, device="cuda", generator=g).requires_grad_()
+    path = fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args)
+    reads_channels_last = c_out % 4 == 0
+    assert path == "transposed_as_forward -> relu_group_norm" + (
+        "_channels_last" if reads_channels_last else ""
+    ), path
+
+    with torch.no_grad():
+        _, saved, _, _ = torch.ops.fused._conv_transpose3d_relu_group_norm_forward(*args)
+        d = [None if not isinstance(t, torch.Tensor) else t.double() for t in args[:3]]
+        y64 = F.conv_transpose3d(d[0], d[1], d[2], *args[3:8])
+    assert saved.is_contiguous(memory_format=x.suggest_memory_format())
+    assert (saved.double() - y64).abs().max() <= 1e-2 * y64.abs().max()
+    assert (saved.double() - y64 + d[2].view(1, -1, 1, 1, 1)).abs().max() > 0.1  # has the bias
+
+    leaves = [args[i] for i in (0, 1, 2, 9, 10)]
+    grad_output = torch.randn(saved.shape, device="cuda", generator=g)
+    out = torch.ops.fused.conv_transpose3d_relu_group_norm(*args)
+    fused = (out, *_grads(out, leaves, grad_output))
+    eager_out = _eager(args)
+    eager = (eager_out, *_grads(eager_out, leaves, grad_output))
+    args64 = list(args)
+    for i in (0, 1, 2, 9, 10):
+        args64[i] = args[i].detach().double().requires_grad_()
+    ref_out = _float64(args64)
+    ref = (ref_out, *_grads(ref_out, [args64[i] for i in (0, 1, 2, 9, 10)], grad_output.double()))
+    for what, f, e, r in zip(
+        ("output", "x", "weight", "bias", "gn weight", "gn bias"), fused, eager, ref
+    ):
+        fused_err, eager_err = _rel(f, r), _rel(e, r)
+        assert fused_err <= 2 * eager_err + 1e-4, (what, fused_err, eager_err)

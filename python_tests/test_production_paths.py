@@ -61,8 +61,10 @@ FLOAT32_BOTH_MODES: Combos = frozenset((F32, m) for m in MODES)
 # first); "group_norm_mean" / "group_norm_mean_channels_last" (ops/norm/group_norm_mean.cpp,
 # group_norm_mean_kernel_name / norm_host.h, reads_channels_last: the same, and on the CPU
 # every dense channels-last input). A conv operator's GroupNorm reads its conv output, which
-# is in the input's layout (run_conv3d), except without autograd, where the float32 CUDA
-# rewrites of a transposed convolution leave it NDHWC (Case.inference_path).
+# is in the input's layout (run_conv3d), except where the float32 CUDA rewrites of a
+# transposed convolution leave it NDHWC: without autograd (Case.inference_path), and with it
+# for an NCDHW input (the GroupNorm then writes the NCDHW copy that is saved:
+# Case.training_path, LAYOUT_COMBOS).
 # Convolutions (ops/conv/conv_stage.cpp, select_conv_path / conv_path_name), joined to the
 # norm kernel by " -> " (conv_transpose3d_relu_group_norm_path in
 # ops/conv/conv_transpose3d_relu_group_norm.cpp, conv3d_group_norm_mean_path in
@@ -111,12 +113,16 @@ CUDA_PATHS: Dict[str, Combos] = {
     "aten -> relu_group_norm": EVERY_DTYPE_BOTH_MODES,
     "aten -> relu_group_norm_channels_last": EVERY_DTYPE_BOTH_MODES,
     # kTransposedAsForward: half / bfloat16 in both modes; float32 only with TF32 allowed and
-    # eager_transposed_is_tf32 (3x3x3, stride 1, no padding, one conv group)
-    "transposed_as_forward -> relu_group_norm": TRANSPOSED_AS_FORWARD_COMBOS,
+    # eager_transposed_is_tf32 (3x3x3, stride 1, no padding, one conv group). Its float32 output
+    # is NDHWC, which the GroupNorm reads, also in training (it writes the NCDHW copy that is
+    # saved: conv_transpose3d_relu_group_norm.cpp, saves_copy_in_normalise); the half types'
+    # output is in the input's layout.
+    "transposed_as_forward -> relu_group_norm": TRANSPOSED_AS_FORWARD_COMBOS - {(F32, "default")},
     "transposed_as_forward -> relu_group_norm_channels_last": TRANSPOSED_AS_FORWARD_COMBOS,
     # kTransposedAsForwardSplitTf32: float32 with TF32 off, split_tf32_runs_transposed (one conv
-    # group, C_in and C_out multiples of 4, a build with CUTLASS, compute capability 8.0+)
-    "transposed_as_forward_split_tf32 -> relu_group_norm": frozenset({(F32, "tf32_off")}),
+    # group, C_in and C_out multiples of 4, a build with CUTLASS, compute capability 8.0+). NDHWC
+    # output, as above; "-> relu_group_norm" only for C_out over the channels-last GroupNorm's
+    # 2048 (channels_last_norm_cuda_supported), which no case here has.
     "transposed_as_forward_split_tf32 -> relu_group_norm_channels_last": frozenset(
         {(F32, "tf32_off")}
     ),
@@ -194,17 +200,12 @@ ROUTES: Dict[Tuple[str, str], Tuple[str, str, Tuple[str, ...]]] = {
     ("cuda", "transposed_as_forward -> relu_group_norm_channels_last"): (
         CT,
         "conv_transpose",
-        CHANNELS_LAST,
-    ),
-    ("cuda", "transposed_as_forward_split_tf32 -> relu_group_norm"): (
-        CT,
-        "conv_transpose",
-        CONTIGUOUS,
+        CONTIGUOUS + CHANNELS_LAST,
     ),
     ("cuda", "transposed_as_forward_split_tf32 -> relu_group_norm_channels_last"): (
         CT,
         "conv_transpose",
-        CHANNELS_LAST,
+        CONTIGUOUS + CHANNELS_LAST,
     ),
     ("cuda", "onepass"): (C3, "conv3d", CONTIGUOUS),
     ("cuda", "aten_float32 -> group_norm_mean"): (C3, "conv3d_wide", CONTIGUOUS),
@@ -213,6 +214,14 @@ ROUTES: Dict[Tuple[str, str], Tuple[str, str, Tuple[str, ...]]] = {
     ("cuda", "aten -> group_norm_mean_channels_last"): (C3, "conv3d_wide", CHANNELS_LAST),
 }
 PATHS = {"cpu": CPU_PATHS, "cuda": CUDA_PATHS}
+# Routes whose (dtype, mode) combos depend on the layout: (device, path, layout) -> the combos
+# of PATHS[device][path] that reach the path in that layout (an NCDHW input reaches the
+# channels-last GroupNorm through a float32 NDHWC conv output only).
+LAYOUT_COMBOS: Dict[Tuple[str, str, str], Combos] = {
+    ("cuda", "transposed_as_forward -> relu_group_norm_channels_last", "contiguous"): frozenset(
+        {(F32, "default")}
+    ),
+}
 
 # ---------------------------------------------------------------------------------------
 # Tolerances (rtol, atol relative to the largest magnitude), those of the existing tests of
@@ -338,6 +347,21 @@ class Case:
         return kwargs
 
     @property
+    def training_path(self) -> str:
+        """The path with autograd: `path`, where for an NCDHW input the split-TF32 convolution
+        on the wgmma kernel computes the GroupNorm's statistics too ("+relu_moments", as in
+        inference_path: its output is read as computed, and the saved NCDHW copy written by the
+        GroupNorm)."""
+        conv, norm = (self.path.split(" -> ") + [""])[:2]
+        if (
+            conv == "transposed_as_forward_split_tf32"
+            and self.layout == "contiguous"
+            and fused_ops.split_tf32_conv_kernel() == "wgmma"
+        ):
+            return conv + "+relu_moments -> " + norm
+        return self.path
+
+    @property
     def inference_path(self) -> str:
         """The path without autograd: the float32 CUDA rewrites of a transposed convolution
         leave their output NDHWC (the CPU's keeps the input's layout), which the GroupNorm
@@ -389,7 +413,8 @@ def _cases() -> List[Case]:
         for (dtype, mode), channels, layout, dist in itertools.product(
             combos, CHANNELS, layouts, DISTS
         ):
-            cases.append(Case(device, path, op, shape, dtype, mode, channels, layout, dist))
+            if (dtype, mode) in LAYOUT_COMBOS.get((device, path, layout), {(dtype, mode)}):
+                cases.append(Case(device, path, op, shape, dtype, mode, channels, layout, dist))
     return cases
 
 
@@ -410,7 +435,7 @@ def test_path_values_and_gradients(case: Case, monkeypatch):
         monkeypatch.setitem(REFERENCES, case.op, case.reference_override)
     torch.manual_seed(zlib.crc32(case.id.encode()))
     args = case.build()
-    assert fused_ops.dispatch_path(case.op, *args) == case.path
+    assert fused_ops.dispatch_path(case.op, *args) == case.training_path
     kwargs = case.check_kwargs()
     check_against_reference(case.op, args, **kwargs)
     # Without autograd: the inference path (the one-pass forward without autograd may take the

@@ -690,7 +690,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> run_tf32_conv_relu_gr
                                                      mean.mutable_data_ptr(),
                                                      rstd.mutable_data_ptr(),
                                                      /*channel_moments=*/nullptr,
-                                                     /*x_bias=*/nullptr};
+                                                     /*x_bias=*/nullptr,
+                                                     /*x_channels_first=*/nullptr};
   run_cuda_kernel("fused::conv_transpose3d_relu_group_norm (TF32 convolution)", input,
                   Tf32ConvReluGroupNormParams{conv, input.const_data_ptr<float>(), norm_params},
                   split_tf32_conv3d_cuda.tf32_relu_group_norm_forward);

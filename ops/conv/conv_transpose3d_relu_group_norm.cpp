@@ -2,6 +2,7 @@
 
 #include "common/checks.h"
 #include "conv/conv_stage.h"
+#include "norm/norm_kernels.h"
 #include "norm/relu_group_norm.h"
 
 namespace fused_ops {
@@ -10,6 +11,27 @@ namespace {
 
 constexpr const char* kName = "fused::conv_transpose3d_relu_group_norm";
 constexpr const char* kBackwardName = "fused::conv_transpose3d_relu_group_norm (backward)";
+
+// Whether the training forward (which saves the conv output in the input's layout) of these
+// arguments reads the conv output as its convolution computes it, NDHWC, and has the
+// channels-last GroupNorm's normalise pass write the NCDHW copy that is saved, instead of a
+// transpose of its own (cuDNN's, 0.22 ms of the step at the headline on an H100): CUDA, an
+// NCDHW input, a convolution that computes NDHWC, a channel count the channels-last GroupNorm
+// takes.
+bool saves_copy_in_normalise(const at::Tensor& input, const at::Tensor& weight,
+                             const Conv3dParams& params) {
+  if (!input.is_cuda() || input.numel() == 0 ||
+      input.suggest_memory_format() != at::MemoryFormat::Contiguous) {
+    return false;
+  }
+#ifdef FUSED_OPS_WITH_CUDA
+  return norm::channels_last_norm_cuda_supported(weight.size(1) * params.groups,
+                                                 static_cast<int64_t>(input.element_size())) &&
+         conv_output_is_channels_last(input, weight, params, ConvConsumer::kReluGroupNorm);
+#else
+  return false;
+#endif
+}
 
 // (output, conv_output, mean, rstd), conv_output in `layout` (conv_stage.h).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_with_conv_output_in(
@@ -28,37 +50,57 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_with_conv_out
     return run_tf32_conv_relu_group_norm(input, weight, conv_bias, params,
                                          concrete(shapes.group_norm), gn_weight, gn_bias, eps);
   }
-  // The conv bias of the inference forward's cuDNN convolution (the forward rewrite: TF32, or
-  // float16 / bfloat16): ATen adds it to the convolution's output in a pass of its own, which
-  // the channels-last GroupNorm does as it reads that output instead (relu(y + b), y + b in
-  // float32: as ATen's add rounds it for float32; for the half types without its rounding to
-  // them). Measured at the headline shape with a conv bias, float32, on an H100 (2026-11-27,
+  const bool cuda = input.is_cuda() && input.numel() > 0;
+  const bool copy_in_normalise =
+      layout == ConvOutputLayout::kInputLayout && saves_copy_in_normalise(input, weight, params);
+  const ConvOutputLayout computed_layout =
+      copy_in_normalise ? ConvOutputLayout::kAsComputed : layout;
+  // The conv bias of cuDNN's convolution (the forward rewrite: TF32, or float16 / bfloat16):
+  // ATen adds it to the convolution's output in a pass of its own, which the channels-last
+  // GroupNorm does as it reads that output instead (relu(y + b), y + b in float32: as ATen's
+  // add rounds it for float32; for the half types without its rounding to them). Measured at the
+  // headline shape with a conv bias, float32, on an H100 (2026-11-27,
   // benchmarks/h100-2026-11-27-tf32-sweep): 1.565 -> 1.301 ms. (Our own convolutions add it in
-  // their epilogue; the training forward saves the output with it.)
+  // their epilogue.)
   const bool has_conv_bias = conv_bias.has_value() && conv_bias->defined();
   const bool fold_conv_bias =
-      layout == ConvOutputLayout::kAsComputed && has_conv_bias && input.is_cuda() &&
-      input.numel() > 0 &&
+      computed_layout == ConvOutputLayout::kAsComputed && has_conv_bias && cuda &&
       select_conv_path(input, weight, params, ConvConsumer::kReluGroupNorm) ==
           ConvPath::kTransposedAsForward;
   // The GroupNorm's statistics, where the convolution computes them (conv_emits_relu_moments:
-  // the inference forward on the split-TF32 wgmma kernel): its output is then read once.
+  // the forward on the split-TF32 wgmma kernel): its output is then read once.
   at::Tensor relu_channel_moments;
-  const at::Tensor conv_output =
-      input.is_meta() ? empty_conv_output(input, shapes.conv_output)
-                      : run_conv3d(input, weight, fold_conv_bias ? c10::nullopt : conv_bias, params,
-                                   ConvConsumer::kReluGroupNorm, layout, &relu_channel_moments);
+  at::Tensor conv_output =
+      input.is_meta()
+          ? empty_conv_output(input, shapes.conv_output)
+          : run_conv3d(input, weight, fold_conv_bias ? c10::nullopt : conv_bias, params,
+                       ConvConsumer::kReluGroupNorm, computed_layout, &relu_channel_moments);
+  const bool channels_last_norm =
+      !input.is_meta() && norm::relu_group_norm_runs_channels_last_cuda(conv_output);
   at::Tensor input_bias;
   if (fold_conv_bias) {
     const at::Tensor b = conv_bias->contiguous();
-    if (norm::relu_group_norm_takes_input_bias(conv_output) && !relu_channel_moments.defined()) {
+    if (channels_last_norm && !relu_channel_moments.defined()) {
       input_bias = b;
     } else {
       conv_output.add_(b.reshape({1, b.numel(), 1, 1, 1}));  // (as ATen would have)
     }
   }
+  at::Tensor saved_conv_output;
+  if (copy_in_normalise) {
+    if (channels_last_norm) {
+      saved_conv_output = at::empty(
+          conv_output.sizes(), conv_output.options().memory_format(at::MemoryFormat::Contiguous));
+    } else {
+      conv_output = conv_output.contiguous();  // (not expected: its channels were checked above)
+    }
+  }
   auto [output, mean, rstd] = norm::relu_group_norm_forward_prechecked(
-      conv_output, shapes.group_norm, gn_weight, gn_bias, eps, relu_channel_moments, input_bias);
+      conv_output, shapes.group_norm, gn_weight, gn_bias, eps, relu_channel_moments, input_bias,
+      saved_conv_output);
+  if (saved_conv_output.defined()) {
+    return {output, saved_conv_output, mean, rstd};
+  }
   return {output, conv_output, mean, rstd};
 }
 
@@ -107,22 +149,25 @@ std::string conv_transpose3d_relu_group_norm_path(
                                                  groups, /*transposed=*/true);
   const ConvGroupNormShapes shapes = check_conv_group_norm_args(
       kName, input, weight, conv_bias, params, num_groups, gn_weight, gn_bias, eps);
-  // A call that autograd records runs the internal forward (conv output in the input's layout,
-  // saved); otherwise the conv output stays as computed (conv_transpose3d_relu_group_norm).
+  // A call that autograd records runs the internal forward (conv output saved in the input's
+  // layout: the GroupNorm reads it as computed where saves_copy_in_normalise); otherwise the
+  // conv output stays as computed (conv_transpose3d_relu_group_norm).
+  const bool records = autograd_records(input, weight, conv_bias, gn_weight, gn_bias);
   const bool conv_output_channels_last =
-      !autograd_records(input, weight, conv_bias, gn_weight, gn_bias) &&
+      (!records || saves_copy_in_normalise(input, weight, params)) &&
       conv_output_is_channels_last(input, weight, params, ConvConsumer::kReluGroupNorm);
+  const ConvPath path = select_conv_path(input, weight, params, ConvConsumer::kReluGroupNorm);
   const at::Tensor conv_output = at::empty_symint(
       shapes.conv_output, input.options().device(at::kMeta).memory_format(
                               conv_output_channels_last ? at::MemoryFormat::ChannelsLast3d
                                                         : input.suggest_memory_format()));
-  // "+relu_moments": the convolution computes the GroupNorm's statistics too (run_conv3d).
+  // "+relu_moments": the convolution computes the GroupNorm's statistics too (run_conv3d; the
+  // opted-into TF32 one, run_tf32_conv_relu_group_norm, only in an inference forward).
   const bool conv_moments =
       conv_output_channels_last &&
-      conv_emits_relu_moments(input, weight, params, ConvConsumer::kReluGroupNorm);
-  return std::string(conv_path_name(
-             select_conv_path(input, weight, params, ConvConsumer::kReluGroupNorm))) +
-         (conv_moments ? "+relu_moments" : "") + " -> " +
+      conv_emits_relu_moments(input, weight, params, ConvConsumer::kReluGroupNorm) &&
+      !(records && path == ConvPath::kTransposedAsForward);
+  return std::string(conv_path_name(path)) + (conv_moments ? "+relu_moments" : "") + " -> " +
          norm::relu_group_norm_kernel_name(conv_output, input.device());
 }
 

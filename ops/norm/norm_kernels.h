@@ -41,6 +41,10 @@ struct ReluGroupNormForwardParams {
   // added to x before the ReLU, y = group_norm(relu(x + x_bias)): the conv bias that a
   // convolution left out of the output it wrote (a pass over that output fewer).
   const void* x_bias;
+  // Optional (channels_last CUDA only; null: not written): x (x + x_bias with an x_bias) written
+  // (N, C, HxW) as the normalise pass reads it: the conv output a training forward saves, in
+  // the layout its Meta kernel promises, without a transpose of its own.
+  void* x_channels_first;
 };
 
 // relu_group_norm backward. x is the pre-ReLU input of the forward, dy the gradient of y;

@@ -31,7 +31,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward(
 std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_prechecked(
     const at::Tensor& input, const SymGroupNormShape& s, const c10::optional<at::Tensor>& weight,
     const c10::optional<at::Tensor>& bias, double eps, const at::Tensor& channel_moments,
-    const at::Tensor& input_bias) {
+    const at::Tensor& input_bias, const at::Tensor& input_copy) {
   at::Tensor y = empty_output_like(input);
   at::Tensor mean = empty_stats(input, s.N, s.G);
   at::Tensor rstd = empty_stats(input, s.N, s.G);
@@ -51,12 +51,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_prechecke
                           channel_moments.scalar_type() == at::kDouble &&
                           channel_moments.numel() == 2 * input.size(0) * input.size(1));
   }
-  // The input bias only where the channels-last CUDA kernel runs (the caller asked
-  // relu_group_norm_takes_input_bias), with no moments given (they would be relu(input)'s).
+  // The input bias and the input's copy only where the channels-last CUDA kernel runs (the
+  // caller asked relu_group_norm_runs_channels_last_cuda); the bias with no moments given (they
+  // would be relu(input)'s).
   if (input_bias.defined()) {
     TORCH_INTERNAL_ASSERT(
         channels_last && input.is_cuda() && !given_moments && input_bias.is_contiguous() &&
         input_bias.scalar_type() == input.scalar_type() && input_bias.numel() == input.size(1));
+  }
+  if (input_copy.defined()) {
+    TORCH_INTERNAL_ASSERT(channels_last && input.is_cuda() && input_copy.is_contiguous() &&
+                          input_copy.scalar_type() == input.scalar_type() &&
+                          input_copy.sizes() == input.sizes() &&
+                          input_copy.device() == input.device());
   }
   const ReluGroupNormForwardParams params{
       scalar_kind(x.scalar_type()),
@@ -70,7 +77,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_prechecke
       mean.mutable_data_ptr(),
       rstd.mutable_data_ptr(),
       given_moments ? static_cast<const Moments*>(channel_moments.const_data_ptr()) : nullptr,
-      data_or_null(input_bias)};
+      data_or_null(input_bias),
+      mutable_data_or_null(input_copy)};
   run_kernel(kForwardName, x, params, kForwardKernels);
   return {y, mean, rstd};
 }
@@ -113,7 +121,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layou
   return t.grads();
 }
 
-bool relu_group_norm_takes_input_bias(const at::Tensor& input) {
+bool relu_group_norm_runs_channels_last_cuda(const at::Tensor& input) {
   return input.is_cuda() &&
          reads_channels_last(input, input.device(), /*cpu_kernel_reads_it=*/false);
 }

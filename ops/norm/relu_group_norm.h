@@ -32,17 +32,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward(
 // checked shape of `input`. `channel_moments`, if defined, holds the moments of relu(input)
 // per (n, c) already (float64 (N, C, 2): mean, M2; from the split-TF32 convolution that wrote
 // input), used where the channels-last CUDA kernel runs (ignored elsewhere). `input_bias`, if
-// defined (C entries, input's dtype, contiguous; only where relu_group_norm_takes_input_bias
+// defined (C entries, input's dtype, contiguous; only where relu_group_norm_runs_channels_last_cuda
 // and without channel_moments): y = group_norm(relu(input + input_bias)), a conv bias that the
 // convolution left out of input (the pass over the conv output that adds it, saved).
+// `input_copy`, if defined (only where relu_group_norm_runs_channels_last_cuda; contiguous, of
+// input's sizes and dtype): written with input (+ input_bias) as the normalise pass reads it,
+// for a training forward that saves the conv output in the (N, C, ...) layout.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward_prechecked(
     const at::Tensor& input, const SymGroupNormShape& shape,
     const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps,
-    const at::Tensor& channel_moments = at::Tensor(), const at::Tensor& input_bias = at::Tensor());
+    const at::Tensor& channel_moments = at::Tensor(), const at::Tensor& input_bias = at::Tensor(),
+    const at::Tensor& input_copy = at::Tensor());
 
-// Whether relu_group_norm_forward_prechecked takes an input_bias for `input`: the channels-last
-// CUDA kernel reads it.
-bool relu_group_norm_takes_input_bias(const at::Tensor& input);
+// Whether the forward of `input` runs the channels-last CUDA kernel (it reads the channels-last
+// input in place), which alone takes relu_group_norm_forward_prechecked's input_bias and
+// input_copy.
+bool relu_group_norm_runs_channels_last_cuda(const at::Tensor& input);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,

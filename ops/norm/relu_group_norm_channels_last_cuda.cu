@@ -18,7 +18,8 @@
 //    positions of a sample; each warp reads 8 positions' 32 channels (coalesced along c, all
 //    loads issued first), computes (relu(x) - center) * scale + shift, and the tile goes
 //    through padded shared memory (no bank conflicts) to be written channel by channel,
-//    coalesced along the positions.
+//    coalesced along the positions. With x_channels_first (a training forward, which saves the
+//    conv output in the input's layout), x (+ x_bias) goes the same way into that copy.
 //
 // No atomics: every sum has a fixed order; results are bitwise reproducible. The statistics'
 // order differs from the (N, C, spatial) kernels' (per channel, then per group), so the two
@@ -73,14 +74,17 @@ constexpr int kPositionsPerWarp = kTilePositions / kWarps;  // 8 loads per threa
 constexpr int kChannelsPerWarp = kTileChannels / kWarps;    // 4 rows written per warp
 constexpr int kLanePositions = kTilePositions / kWarpSize;  // 2 positions per lane
 
-template <typename scalar_t, typename acc_t>
+template <typename scalar_t, typename acc_t, bool kCopyX>
 __global__ void __launch_bounds__(kThreads)
     relu_affine_to_channels_first_kernel(const scalar_t* __restrict__ x,
                                          const scalar_t* __restrict__ x_bias,
                                          const norm::CenteredAffine<acc_t>* __restrict__ affine,
-                                         scalar_t* __restrict__ y, int64_t C, int64_t spatial,
-                                         int64_t channel_tiles, int64_t position_tiles) {
+                                         scalar_t* __restrict__ y,
+                                         scalar_t* __restrict__ x_channels_first, int64_t C,
+                                         int64_t spatial, int64_t channel_tiles,
+                                         int64_t position_tiles) {
   __shared__ acc_t tile[kTileChannels][kTilePositions + 1];
+  __shared__ acc_t x_tile[kCopyX ? kTileChannels : 1][kTilePositions + 1];
   int64_t block = blockIdx.x;
   const int64_t s0 = block % position_tiles * kTilePositions;
   block /= position_tiles;
@@ -105,6 +109,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kPositionsPerWarp; ++k) {
       tile[lane][warp + k * kWarps] = (relu_keep_nan(xs[k] + b) - a.center) * a.scale + a.shift;
+      if constexpr (kCopyX) {
+        // x + b as ATen's add rounds it (x itself without a bias: -0.0 stays -0.0).
+        x_tile[lane][warp + k * kWarps] = x_bias != nullptr ? xs[k] + b : xs[k];
+      }
     }
   }
   __syncthreads();
@@ -119,6 +127,10 @@ __global__ void __launch_bounds__(kThreads)
         if (s < spatial) {
           y[(n * C + row) * spatial + s] =
               ScalarOps<scalar_t>::from_acc(tile[r][lane + j * kWarpSize]);
+          if constexpr (kCopyX) {
+            x_channels_first[(n * C + row) * spatial + s] =
+                ScalarOps<scalar_t>::from_acc(x_tile[r][lane + j * kWarpSize]);
+          }
         }
       }
     }
@@ -197,11 +209,19 @@ cudaError_t launch_affine_to_channels_first(const norm::ReluGroupNormForwardPara
     return cudaErrorInvalidConfiguration;
   }
   const int64_t offset = n_begin * C * spatial;
-  relu_affine_to_channels_first_kernel<scalar_t, acc_t>
-      <<<static_cast<unsigned>(map_blocks), kThreads, 0, stream>>>(
-          static_cast<const scalar_t*>(p.x) + offset, static_cast<const scalar_t*>(p.x_bias),
-          affine + n_begin * C, static_cast<scalar_t*>(p.y) + offset, C, spatial, channel_tiles,
-          position_tiles);
+  const auto* x = static_cast<const scalar_t*>(p.x) + offset;
+  const auto* x_bias = static_cast<const scalar_t*>(p.x_bias);
+  auto* y = static_cast<scalar_t*>(p.y) + offset;
+  if (p.x_channels_first != nullptr) {
+    relu_affine_to_channels_first_kernel<scalar_t, acc_t, true>
+        <<<static_cast<unsigned>(map_blocks), kThreads, 0, stream>>>(
+            x, x_bias, affine + n_begin * C, y, static_cast<scalar_t*>(p.x_channels_first) + offset,
+            C, spatial, channel_tiles, position_tiles);
+  } else {
+    relu_affine_to_channels_first_kernel<scalar_t, acc_t, false>
+        <<<static_cast<unsigned>(map_blocks), kThreads, 0, stream>>>(
+            x, x_bias, affine + n_begin * C, y, nullptr, C, spatial, channel_tiles, position_tiles);
+  }
   return cudaGetLastError();
 }
 

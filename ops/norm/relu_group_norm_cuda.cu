@@ -415,7 +415,7 @@ struct ForwardFamily {
     if (p.channels_last) {
       return norm::launch_relu_group_norm_channels_last(p, workspace, stream);
     }
-    if (p.x_bias != nullptr) {
+    if (p.x_bias != nullptr || p.x_channels_first != nullptr) {
       return cudaErrorInvalidValue;  // (the channels-last kernel's only: the host checks)
     }
     return launch_forward<T>(p, workspace, stream);
