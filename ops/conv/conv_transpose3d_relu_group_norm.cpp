@@ -15,9 +15,9 @@ constexpr const char* kBackwardName = "fused::conv_transpose3d_relu_group_norm (
 // Whether the training forward (which saves the conv output in the input's layout) of these
 // arguments reads the conv output as its convolution computes it, NDHWC, and has the
 // channels-last GroupNorm's normalise pass write the NCDHW copy that is saved, instead of a
-// transpose of its own (cuDNN's, 0.22 ms of the step at the headline on an H100): CUDA, an
-// NCDHW input, a convolution that computes NDHWC, a channel count the channels-last GroupNorm
-// takes.
+// transpose of its own (cuDNN's: 0.22 ms of the step at the headline on an H100, 2026-11-27,
+// benchmarks/h100-2026-11-27-saved-copy): CUDA, an NCDHW input, a convolution that computes
+// NDHWC, a channel count the channels-last GroupNorm takes.
 bool saves_copy_in_normalise(const at::Tensor& input, const at::Tensor& weight,
                              const Conv3dParams& params) {
   if (!input.is_cuda() || input.numel() == 0 ||
