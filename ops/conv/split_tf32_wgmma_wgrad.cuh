@@ -17,7 +17,11 @@
 // Split TF32 as the forward: dy (A) split in registers, x (B) split by the producer into TF32
 // high and low tiles in shared memory; three products per K block and tap, summed from zero
 // by the tensor cores and added in float32 on the CUDA cores (wgmma's accumulation drifts:
-// split_tf32_wgmma_conv3d.cuh, "Accumulation").
+// split_tf32_wgmma_conv3d.cuh, "Accumulation"). Plain TF32 (PyTorch's allow_tf32 mode): one
+// product per K block and tap, of the operands rounded to TF32, into the accumulators directly
+// (as the forward's plain path), all taps' products of a K block in one batch: one wait per K
+// block (a wait and a block sum per tap before: 1.174 -> 1.079 ms at the headline in the training
+// step's profile, H100, 2026-11-27, benchmarks/h100-2026-11-27-saved-copy).
 //
 // Tiling: a block owns one (t, r) pair of taps and all kW <= 3 taps along W (they read the
 // same dy rows, shifted), 128 output channels (two consumer warpgroups of m64) by 64 input
@@ -65,11 +69,12 @@ struct WgmmaWgradTile {
   static constexpr int kStageBytes = kABytes + 2 * kBBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
   // Split: a consumer loads and splits the next tap's fragments while the tap's products run
-  // (H200, headline: 2.00 -> 1.87-1.88 ms); with one product per tap that made the plain-TF32
-  // kernel slower (1.35 -> 1.56 ms), so it loads them after (2026-11-26, check.txt).
+  // (H200, headline: 2.00 -> 1.87-1.88 ms; 2026-11-26, check.txt). (Plain TF32 loads every
+  // tap's fragments before the block's products.)
   static constexpr bool kPrefetchTap = Split;
-  // The producer holds a K block's x values (16) ahead; the consumers kW x 32 sums, a tap's
-  // block sums (32) and one or two taps' fragments (32 each, split).
+  // The producer holds a K block's x values (16) ahead; the consumers kW x 32 sums, and split, a
+  // tap's block sums (32) and one or two taps' fragments (32 each); plain, the kW taps'
+  // fragments (16 each).
   static constexpr int kProducerRegisters = Split ? 72 : 88;
   static constexpr int kConsumerRegisters = Split ? 216 : 200;
 };
@@ -222,7 +227,68 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
       acc[s][i] = 0.f;
     }
   }
-  for (int kb = 0; kb < k_blocks; ++kb) {
+  if constexpr (!kSplit) {
+    // Plain TF32 (as the forward's plain path): every tap's fragments of the K block first,
+    // then all its products into acc directly (TF32's rounding of the operands, ~2^-11
+    // relative, dwarfs the accumulation's bias): one wait per K block instead of one per tap,
+    // and no block sums to add.
+#pragma unroll
+    for (int s = 0; s < kWgradMaxKW; ++s) {
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) {
+        cute::warpgroup_fence_operand(acc[s][i]);
+      }
+    }
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      const int slot = kb % kStages;
+      ring.consumer_wait(kb);
+      const float* const a_tile = reinterpret_cast<const float*>(smem + slot * Tile::kStageBytes);
+      const uint64_t desc =
+          k_major_sw128_desc(smem_base + slot * Tile::kStageBytes + Tile::kABytes);
+      uint32_t frag[kWgradMaxKW][kWgradBK / 8][4];
+#pragma unroll
+      for (int s = 0; s < kWgradMaxKW; ++s) {
+        if (s < p.kW) {
+          const float* const a = a_tile + ((p.kW - 1 - s) * p.dilation[2]) * kWgradRowFloats;
+#pragma unroll
+          for (int kk = 0; kk < kWgradBK / 8; ++kk) {
+            const int pos = kk * 8 + t;
+            const float v[4] = {a[pos * kWgradRowFloats + frag_row0],
+                                a[pos * kWgradRowFloats + frag_row0 + 8],
+                                a[(pos + 4) * kWgradRowFloats + frag_row0],
+                                a[(pos + 4) * kWgradRowFloats + frag_row0 + 8]};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              uint32_t unused_low;  // (its instruction is dropped)
+              split_tf32_rounded(v[j], frag[s][kk][j], unused_low);
+            }
+          }
+        }
+      }
+      cute::warpgroup_arrive();
+#pragma unroll
+      for (int s = 0; s < kWgradMaxKW; ++s) {
+        if (s < p.kW) {
+#pragma unroll
+          for (int kk = 0; kk < kWgradBK / 8; ++kk) {
+            wgmma_rs<kWgradBN>(acc[s], frag[s][kk], desc + static_cast<uint64_t>(kk * 2),
+                               cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
+          }
+        }
+      }
+      cute::warpgroup_commit_batch();
+      cute::warpgroup_wait<0>();
+      ring.consumer_release(kb);
+    }
+#pragma unroll
+    for (int s = 0; s < kWgradMaxKW; ++s) {
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) {
+        cute::warpgroup_fence_operand(acc[s][i]);
+      }
+    }
+  }
+  for (int kb = 0; kSplit && kb < k_blocks; ++kb) {
     const int slot = kb % kStages;
     ring.consumer_wait(kb);
     const float* const a_tile = reinterpret_cast<const float*>(smem + slot * Tile::kStageBytes);
