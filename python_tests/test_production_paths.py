@@ -68,8 +68,7 @@ FLOAT32_BOTH_MODES: Combos = frozenset((F32, m) for m in MODES)
 # norm kernel by " -> " (conv_transpose3d_relu_group_norm_path in
 # ops/conv/conv_transpose3d_relu_group_norm.cpp, conv3d_group_norm_mean_path in
 # ops/conv/conv3d_group_norm_mean.cpp). "aten_float32" is conv3d_group_norm_mean's float32 on
-# CUDA only; "transposed_as_forward[_split_tf32]" transposed convolutions only
-# ("_split_tf32" on CUDA only; plain "transposed_as_forward" on the CPU for float32); so
+# CUDA only; "transposed_as_forward[_split_tf32]" transposed convolutions on CUDA only; so
 # "aten_float32 -> relu_group_norm" and "transposed_as_forward* -> group_norm_mean*" cannot
 # occur, nor "aten_float32" on the CPU. "onepass" (conv3d_group_norm_mean_path) is CUDA only.
 
@@ -80,11 +79,8 @@ CPU_PATHS: Dict[str, Combos] = {
     "group_norm_mean": EVERY_DTYPE_BOTH_MODES,
     # group_norm_mean.cpp: reads_channels_last (every channels-last input on the CPU)
     "group_norm_mean_channels_last": EVERY_DTYPE_BOTH_MODES,
-    # conv_stage.cpp: select_conv_path -> kAten (every CPU convolution but float32 transposed
-    # ones that rewritable_as_forward takes)
+    # conv_stage.cpp: select_conv_path -> kAten (every CPU convolution)
     "aten -> relu_group_norm": EVERY_DTYPE_BOTH_MODES,
-    # ... kTransposedAsForward: float32, stride 1 (oneDNN's forward kernels are faster)
-    "transposed_as_forward -> relu_group_norm": FLOAT32_BOTH_MODES,
     "aten -> group_norm_mean": EVERY_DTYPE_BOTH_MODES,
     # ... with a channels-last input (the conv output keeps the input's layout: run_conv3d)
     "aten -> group_norm_mean_channels_last": EVERY_DTYPE_BOTH_MODES,
@@ -182,7 +178,6 @@ ROUTES: Dict[Tuple[str, str], Tuple[str, str, Tuple[str, ...]]] = {
     ("cpu", "group_norm_mean"): ("group_norm_mean", "norm", CONTIGUOUS),
     ("cpu", "group_norm_mean_channels_last"): ("group_norm_mean", "norm", CHANNELS_LAST),
     ("cpu", "aten -> relu_group_norm"): (CT, "conv_transpose_stride2", CONTIGUOUS),
-    ("cpu", "transposed_as_forward -> relu_group_norm"): (CT, "conv_transpose", CONTIGUOUS),
     ("cpu", "aten -> group_norm_mean"): (C3, "conv3d", CONTIGUOUS),
     ("cpu", "aten -> group_norm_mean_channels_last"): (C3, "conv3d", CHANNELS_LAST),
     ("cuda", "relu_group_norm"): ("relu_group_norm", "norm", CONTIGUOUS),
