@@ -430,6 +430,11 @@ int main(int argc, char** argv) {
     {"wgrad 3x3x2, dilation 2, pad 2",            1, 8, 5, 6, 8, 12,     {3, 3, 2}, {2, 2, 2}, {1, 1, 1}, {2, 2, 2}, false},
     {"wgrad W 40, C_in 100, C_out 68",            1, 100, 3, 4, 40, 68,  {3, 3, 3}, {2, 1, 0}, {1, 1, 1}, {1, 2, 1}, false},
     {"wgrad k2 (16 -> 32 on 6x6x8, pad 1)",       1, 16, 6, 6, 8, 32,    {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false},
+    // Every (kW, dilation_w) the kernel specialises: 1x1x1; 3 taps dilated 2; 2 taps dilated 3, 4.
+    {"wgrad 1x1x1 (16 -> 24)",                    2, 16, 4, 5, 8, 24,    {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, false},
+    {"wgrad 3x3x3, dilation 2",                   1, 8, 6, 6, 12, 16,    {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, {2, 2, 2}, false},
+    {"wgrad 1x1x2, dilation 3",                   2, 8, 3, 4, 8, 8,      {1, 1, 2}, {0, 0, 1}, {1, 1, 1}, {1, 1, 3}, false},
+    {"wgrad 2x2x2, dilation (1, 3, 4)",           1, 12, 5, 7, 16, 20,   {2, 2, 2}, {0, 1, 2}, {1, 1, 1}, {1, 3, 4}, false},
     problems[7],
   };
   const std::vector<Problem> small = {

@@ -20,18 +20,27 @@
 // split_tf32_wgmma_conv3d.cuh, "Accumulation"). Plain TF32 (PyTorch's allow_tf32 mode): one
 // product per K block and tap, of the operands rounded to TF32, into the accumulators directly
 // (as the forward's plain path), all taps' products of a K block in one batch: one wait per K
-// block (a wait and a block sum per tap before: 1.174 -> 1.079 ms at the headline in the training
-// step's profile, H100, 2026-11-27, benchmarks/h100-2026-11-27-saved-copy).
+// block.
+//
+// K order: the block's 32 positions in the forward's channel order (wgmma_conv_channel_of_k),
+// so that a thread's fragment columns over the four k8 steps are positions 8t .. 8t + 7 of the
+// block (t = lane % 4), and tap u's (shift u * dilation_w) are 8t + u * dw .. 8t + 7 + u * dw:
+// all kW taps' fragments come from 8 + (kW - 1) * dw values per fragment row (10 at the
+// headline) where a load per tap and fragment took 24. The A fragments' shared-memory reads
+// fell from 48 to 20 floats a thread per K block, which with the x tile's reads by every tap's
+// products had held the kernel at the shared-memory bandwidth. The producer stores x in that
+// order; the dy rows are stored with their 16-byte chunks swizzled by the row's group of 8
+// (wgrad_dy_offset), so the fragment loads, 8 rows apart, hit 32 banks.
 //
 // Tiling: a block owns one (t, r) pair of taps and all kW <= 3 taps along W (they read the
 // same dy rows, shifted), 128 output channels (two consumer warpgroups of m64) by 64 input
 // channels, and a slice of the K blocks (split-K: the grid is about one wave). Each writes
 // its partial sums; wgmma_wgrad_reduce_kernel adds the slices in slice order (deterministic).
 // Per K block a producer warpgroup copies the dy rows the taps reach (32 + (kW - 1) * dw rows
-// of 128 channels, cp.async, zero-filled outside dy; rows padded to 136 floats, so a warp's
-// fragment loads hit 32 banks) and loads the x tile (64 channels x 32 positions) into
-// registers a block ahead, splits it and stores the two tiles 128-byte swizzled (wgmma's B,
-// through descriptors); it publishes each stage through the forward's StageRing.
+// of 128 channels, cp.async, zero-filled outside dy; rows of 136 floats) and loads the x tile
+// (64 channels x 32 positions) into registers a block ahead, splits it and stores the two
+// tiles 128-byte swizzled in the K order above (wgmma's B, through descriptors); it publishes
+// each stage through the forward's StageRing.
 #pragma once
 
 #include "conv/split_tf32_wgmma_conv3d.cuh"
@@ -59,6 +68,32 @@ constexpr int kWgradMaxKW = 3;        // taps along W per block
 constexpr int kWgradMaxRows = 36;     // dy rows per K block: 32 + (kW - 1) * dilation_w at most
 constexpr int kWgradRowFloats = 136;  // a dy row in shared memory: 128 channels + 8
 
+// The position in a K block of wgmma's k index (the forward's channel order), and its inverse.
+__host__ __device__ constexpr int wgrad_position_of_k(int k) {
+  return wgmma_conv_detail::wgmma_conv_channel_of_k(k);
+}
+__host__ __device__ constexpr int wgrad_k_of_position(int position) {
+  return 8 * ((position >> 1) & 3) + (position >> 3) + 4 * (position & 1);
+}
+__host__ __device__ constexpr bool wgrad_k_order_is_a_permutation() {
+  for (int k = 0; k < kWgradBK; ++k) {
+    if (wgrad_k_of_position(wgrad_position_of_k(k)) != k) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(wgrad_k_order_is_a_permutation(), "wgrad_k_of_position inverts the K order");
+
+// The float offset of (row, channel) in a stage's dy rows: 16-byte chunk c of row r stored at
+// chunk c ^ 2 * ((r / 8) % 4). A warp's fragment loads read rows 8t + j (t = 0..3) of 16
+// channels; rows 8 apart are 1088 floats apart, the same bank, and the swizzle puts the four
+// t on four different pairs of chunks.
+__device__ __forceinline__ int wgrad_dy_offset(int row, int channel) {
+  return row * kWgradRowFloats +
+         ((((channel >> 2) ^ (((row >> 3) & 3) << 1)) << 2) | (channel & 3));
+}
+
 template <int Stages, bool Split>
 struct WgmmaWgradTile {
   static constexpr int kStages = Stages;
@@ -68,14 +103,11 @@ struct WgmmaWgradTile {
   static constexpr int kBBytes = kWgradBN * 128;
   static constexpr int kStageBytes = kABytes + 2 * kBBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
-  // Split: a consumer loads and splits the next tap's fragments while the tap's products run
-  // (H200, headline: 2.00 -> 1.87-1.88 ms; 2026-11-26, check.txt). (Plain TF32 loads every
-  // tap's fragments before the block's products.)
-  static constexpr bool kPrefetchTap = Split;
-  // The producer holds a K block's x values (16) ahead; the consumers kW x 32 sums, and split, a
-  // tap's block sums (32) and one or two taps' fragments (32 each); plain, the kW taps'
-  // fragments (16 each).
-  static constexpr int kProducerRegisters = Split ? 72 : 88;
+  // K blocks whose x values the producer holds ahead (16 registers each).
+  static constexpr int kXAhead = Split ? 1 : 2;
+  // The consumers hold kW x 32 sums, the K block's 2 x (8 + (kW - 1) * dw) dy values and the
+  // taps' fragments (and, split, the values' low parts and a tap's block sums, 32).
+  static constexpr int kProducerRegisters = Split ? 72 : 104;
   static constexpr int kConsumerRegisters = Split ? 216 : 200;
 };
 
@@ -153,9 +185,16 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
         }
       }
     };
-    float4 next[4];
-    if (k_blocks > 0) {
-      load_x(n, z, y, wc, next);
+    // x values of the next Tile::kXAhead K blocks, loaded ahead (their latency limits the
+    // producer once the consumers keep up), and the position of the next block to load.
+    float4 ahead[Tile::kXAhead][4];
+    int ahead_n = n, ahead_z = z, ahead_y = y, ahead_wc = wc;
+#pragma unroll
+    for (int i = 0; i < Tile::kXAhead; ++i) {
+      if (i < k_blocks) {
+        load_x(ahead_n, ahead_z, ahead_y, ahead_wc, ahead[i]);
+        advance(ahead_n, ahead_z, ahead_y, ahead_wc);
+      }
     }
     for (int kb = 0; kb < k_blocks; ++kb) {
       const int slot = kb % kStages;
@@ -175,33 +214,39 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
           const bool valid = plane_valid && ox >= 0 && ox < p.Wo;
           const uint32_t offset =
               valid ? static_cast<uint32_t>((dy_plane + ox) * p.C_out + k0 + 4 * dy_chunk) : 0u;
-          cp_async_16(stage + static_cast<uint32_t>(row * kWgradRowFloats * 4 + 16 * dy_chunk),
+          cp_async_16(stage + static_cast<uint32_t>(4 * wgrad_dy_offset(row, 4 * dy_chunk)),
                       p.dy + offset, valid);
         }
       }
       cp_async_commit();
-      // x: this block's values (loaded one block ahead), split, into the two swizzled tiles.
-      const float4 current[4] = {next[0], next[1], next[2], next[3]};
-      if (kb + 1 < k_blocks) {
-        int n1 = n, z1 = z, y1 = y, wc1 = wc;
-        advance(n1, z1, y1, wc1);
-        load_x(n1, z1, y1, wc1, next);
+      // x: this block's values (loaded kXAhead blocks ahead), split, into the two swizzled
+      // tiles.
+      const float4 current[4] = {ahead[0][0], ahead[0][1], ahead[0][2], ahead[0][3]};
+#pragma unroll
+      for (int i = 0; i + 1 < Tile::kXAhead; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          ahead[i][j] = ahead[i + 1][j];
+        }
       }
+      if (kb + Tile::kXAhead < k_blocks) {
+        load_x(ahead_n, ahead_z, ahead_y, ahead_wc, ahead[Tile::kXAhead - 1]);
+        advance(ahead_n, ahead_z, ahead_y, ahead_wc);
+      }
+      uint8_t* const b_tiles = smem + slot * Tile::kStageBytes + Tile::kABytes;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int row = x_row0 + 16 * j;
         const float in[4] = {current[j].x, current[j].y, current[j].z, current[j].w};
-        uint32_t hi[4], lo[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          split_tf32_rounded(in[e], hi[e], lo[e]);
-        }
-        const uint32_t at = static_cast<uint32_t>(row * 128 + ((x_chunk ^ (row & 7)) << 4));
-        uint8_t* const b_tiles = smem + slot * Tile::kStageBytes + Tile::kABytes;
-        *reinterpret_cast<uint4*>(b_tiles + at) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        if (kSplit) {
-          *reinterpret_cast<uint4*>(b_tiles + Tile::kBBytes + at) =
-              make_uint4(lo[0], lo[1], lo[2], lo[3]);
+          uint32_t hi, lo;
+          split_tf32_rounded(in[e], hi, lo);
+          const uint32_t at = swizzled(row, wgrad_k_of_position(4 * x_chunk + e));
+          *reinterpret_cast<uint32_t*>(b_tiles + at) = hi;
+          if (kSplit) {
+            *reinterpret_cast<uint32_t*>(b_tiles + Tile::kBBytes + at) = lo;
+          }
         }
       }
       // Block kb - kLag: its dy rows have landed (this thread's), its x tiles were stored
@@ -219,147 +264,166 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   const int wg = warp >> 2;
   const int g = lane >> 2, t = lane & 3;
   const int frag_row0 = wg * 64 + (warp & 3) * 16 + g;  // A rows: output channels
-  float acc[kWgradMaxKW][kAcc], partial[kAcc];
+  // acc[u]: the tap along W whose dy rows are shifted by u * dw (tap kW - 1 - u).
+  float acc[kWgradMaxKW][kAcc];
 #pragma unroll
-  for (int s = 0; s < kWgradMaxKW; ++s) {
+  for (int u = 0; u < kWgradMaxKW; ++u) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) {
-      acc[s][i] = 0.f;
+      acc[u][i] = 0.f;
+      cute::warpgroup_fence_operand(acc[u][i]);
     }
   }
-  if constexpr (!kSplit) {
-    // Plain TF32 (as the forward's plain path): every tap's fragments of the K block first,
-    // then all its products into acc directly (TF32's rounding of the operands, ~2^-11
-    // relative, dwarfs the accumulation's bias): one wait per K block instead of one per tap,
-    // and no block sums to add.
+  // The K blocks, with the taps along W and dilation_w constants: the fragments select
+  // registers by shift, and the products of a K block run without branches (a branch between
+  // them makes the compiler fence the next).
+  const auto consume = [&](auto taps_w, auto dilation_w) {
+    constexpr int kTapsW = decltype(taps_w)::value;
+    constexpr int kDw = decltype(dilation_w)::value;
+    // This thread's dy values: positions 8t .. 8t + kSpan - 1 of the block.
+    constexpr int kSpan = 8 + (kTapsW - 1) * kDw;
+    static_assert(kTapsW <= kWgradMaxKW && kSpan <= kWgradMaxRows - kWgradBK + 8,
+                  "the taps' dy rows fit a stage");
+    // This thread's dy values of block kb: positions 8t + j, channel rows g and g + 8.
+    const auto load_values = [&](int kb, float (&v)[kSpan][2]) {
+      const float* const a_tile =
+          reinterpret_cast<const float*>(smem + (kb % kStages) * Tile::kStageBytes);
 #pragma unroll
-    for (int s = 0; s < kWgradMaxKW; ++s) {
+      for (int j = 0; j < kSpan; ++j) {
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) {
-        cute::warpgroup_fence_operand(acc[s][i]);
-      }
-    }
-    for (int kb = 0; kb < k_blocks; ++kb) {
-      const int slot = kb % kStages;
-      ring.consumer_wait(kb);
-      const float* const a_tile = reinterpret_cast<const float*>(smem + slot * Tile::kStageBytes);
-      const uint64_t desc =
-          k_major_sw128_desc(smem_base + slot * Tile::kStageBytes + Tile::kABytes);
-      uint32_t frag[kWgradMaxKW][kWgradBK / 8][4];
-#pragma unroll
-      for (int s = 0; s < kWgradMaxKW; ++s) {
-        if (s < p.kW) {
-          const float* const a = a_tile + ((p.kW - 1 - s) * p.dilation[2]) * kWgradRowFloats;
-#pragma unroll
-          for (int kk = 0; kk < kWgradBK / 8; ++kk) {
-            const int pos = kk * 8 + t;
-            const float v[4] = {a[pos * kWgradRowFloats + frag_row0],
-                                a[pos * kWgradRowFloats + frag_row0 + 8],
-                                a[(pos + 4) * kWgradRowFloats + frag_row0],
-                                a[(pos + 4) * kWgradRowFloats + frag_row0 + 8]};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              uint32_t unused_low;  // (its instruction is dropped)
-              split_tf32_rounded(v[j], frag[s][kk][j], unused_low);
-            }
-          }
-        }
-      }
-      cute::warpgroup_arrive();
-#pragma unroll
-      for (int s = 0; s < kWgradMaxKW; ++s) {
-        if (s < p.kW) {
-#pragma unroll
-          for (int kk = 0; kk < kWgradBK / 8; ++kk) {
-            wgmma_rs<kWgradBN>(acc[s], frag[s][kk], desc + static_cast<uint64_t>(kk * 2),
-                               cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
-          }
-        }
-      }
-      cute::warpgroup_commit_batch();
-      cute::warpgroup_wait<0>();
-      ring.consumer_release(kb);
-    }
-#pragma unroll
-    for (int s = 0; s < kWgradMaxKW; ++s) {
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) {
-        cute::warpgroup_fence_operand(acc[s][i]);
-      }
-    }
-  }
-  for (int kb = 0; kSplit && kb < k_blocks; ++kb) {
-    const int slot = kb % kStages;
-    ring.consumer_wait(kb);
-    const float* const a_tile = reinterpret_cast<const float*>(smem + slot * Tile::kStageBytes);
-    const uint32_t b_hi = smem_base + slot * Tile::kStageBytes + Tile::kABytes;
-    const uint64_t desc_hi = k_major_sw128_desc(b_hi);
-    const uint64_t desc_lo = k_major_sw128_desc(b_hi + Tile::kBBytes);
-    // The fragments of tap s (split), into buffer s % 2 (Tile::kPrefetchTap: tap s + 1's load
-    // while tap s's products run).
-    uint32_t frag_hi[2][kWgradBK / 8][4], frag_lo[2][kWgradBK / 8][4];
-    const auto load_tap = [&](int s, int buffer) {
-      // Tap s along W reads dy rows shifted by (kW - 1 - s) * dw from the leftmost.
-      const float* const a = a_tile + ((p.kW - 1 - s) * p.dilation[2]) * kWgradRowFloats;
-#pragma unroll
-      for (int kk = 0; kk < kWgradBK / 8; ++kk) {
-        // The m64 x k8 fragment: (channel g, position t), (g + 8, t), (g, t + 4), (g + 8, t + 4).
-        const int pos = kk * 8 + t;
-        const float v[4] = {a[pos * kWgradRowFloats + frag_row0],
-                            a[pos * kWgradRowFloats + frag_row0 + 8],
-                            a[(pos + 4) * kWgradRowFloats + frag_row0],
-                            a[(pos + 4) * kWgradRowFloats + frag_row0 + 8]};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          split_tf32_rounded(v[j], frag_hi[buffer][kk][j], frag_lo[buffer][kk][j]);
+        for (int half = 0; half < 2; ++half) {
+          v[j][half] = a_tile[wgrad_dy_offset(8 * t + j, frag_row0 + 8 * half)];
         }
       }
     };
-    load_tap(0, 0);
+    // Plain TF32 loads block kb + 1's values while block kb's products run: the consumers'
+    // batches are short, and waiting on the loads between them left the tensor cores idle.
+    // (Split TF32's batches are three times as long; it has no registers to spare.)
+    float values[kSpan][2];
+    if (!kSplit && k_blocks > 0) {
+      ring.consumer_wait(0);
+      load_values(0, values);
+    }
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      if (kSplit) {
+        ring.consumer_wait(kb);
+        load_values(kb, values);
+      }
+      const uint32_t b_hi = smem_base + (kb % kStages) * Tile::kStageBytes + Tile::kABytes;
+      const uint64_t desc_hi = k_major_sw128_desc(b_hi);
+      const uint64_t desc_lo = k_major_sw128_desc(b_hi + Tile::kBBytes);
+      // The values rounded to TF32 (and, split, their low parts).
+      uint32_t hi[kSpan][2], lo[kSpan][2];  // (lo unused by plain TF32)
 #pragma unroll
-    for (int s = 0; s < kWgradMaxKW; ++s) {
-      if (s < p.kW) {
-        const int buffer = s % 2;
-        cute::warpgroup_arrive();
+      for (int j = 0; j < kSpan; ++j) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          split_tf32_rounded(values[j][half], hi[j][half], lo[j][half]);
+        }
+      }
+      // The m64 x k8 fragments of shift u: step kk's (channel g, column t), (g + 8, t),
+      // (g, t + 4), (g + 8, t + 4) are positions 8t + 2kk + u * dw and the one after. Copied
+      // into registers of their own before the products (wgmma takes its A operand from an
+      // aligned register quad, which the shifted selections are not: copies between the
+      // products would make the compiler insert a fence before each).
+      const auto fragments = [&](const uint32_t (&v)[kSpan][2], int u,
+                                 uint32_t (&f)[kWgradBK / 8][4]) {
 #pragma unroll
         for (int kk = 0; kk < kWgradBK / 8; ++kk) {
-          const uint64_t k_step = static_cast<uint64_t>(kk * 2);
-          const auto first =
-              kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One;
-          if (kSplit) {
-            wgmma_rs<kWgradBN>(partial, frag_lo[buffer][kk], desc_hi + k_step, first,
-                               std::make_index_sequence<kAcc>{});
-            wgmma_rs<kWgradBN>(partial, frag_hi[buffer][kk], desc_lo + k_step,
+          const int j = 2 * kk + u * kDw;
+          f[kk][0] = v[j][0], f[kk][1] = v[j][1], f[kk][2] = v[j + 1][0], f[kk][3] = v[j + 1][1];
+        }
+      };
+      if constexpr (!kSplit) {
+        // All taps' products into the accumulators directly (TF32's rounding of the operands,
+        // ~2^-11 relative, dwarfs the accumulation's bias), one wait per K block.
+        uint32_t frag[kTapsW][kWgradBK / 8][4];
+#pragma unroll
+        for (int u = 0; u < kTapsW; ++u) {
+          fragments(hi, u, frag[u]);
+        }
+        cute::warpgroup_arrive();
+#pragma unroll
+        for (int u = 0; u < kTapsW; ++u) {
+#pragma unroll
+          for (int kk = 0; kk < kWgradBK / 8; ++kk) {
+            wgmma_rs<kWgradBN>(acc[u], frag[u][kk], desc_hi + static_cast<uint64_t>(kk * 2),
                                cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
-            wgmma_rs<kWgradBN>(partial, frag_hi[buffer][kk], desc_hi + k_step,
-                               cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
-          } else {
-            wgmma_rs<kWgradBN>(partial, frag_hi[buffer][kk], desc_hi + k_step, first,
-                               std::make_index_sequence<kAcc>{});
           }
         }
         cute::warpgroup_commit_batch();
-        const bool next_tap = s + 1 < kWgradMaxKW && s + 1 < p.kW;
-        if (Tile::kPrefetchTap && next_tap) {
-          load_tap(s + 1, (s + 1) % 2);
+        if (kb + 1 < k_blocks) {
+          ring.consumer_wait(kb + 1);
+          load_values(kb + 1, values);
         }
         cute::warpgroup_wait<0>();
-        add_block_sum(acc[s], partial);
-        if (!Tile::kPrefetchTap && next_tap) {
-          load_tap(s + 1, (s + 1) % 2);
+      } else {
+        // Per tap, the block's three products summed from zero, then added in float32.
+        float partial[kAcc];
+#pragma unroll
+        for (int u = 0; u < kTapsW; ++u) {
+          uint32_t frag_hi[kWgradBK / 8][4], frag_lo[kWgradBK / 8][4];
+          fragments(hi, u, frag_hi);
+          fragments(lo, u, frag_lo);
+          cute::warpgroup_arrive();
+#pragma unroll
+          for (int kk = 0; kk < kWgradBK / 8; ++kk) {
+            const uint64_t k_step = static_cast<uint64_t>(kk * 2);
+            const auto first =
+                kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One;
+            wgmma_rs<kWgradBN>(partial, frag_lo[kk], desc_hi + k_step, first,
+                               std::make_index_sequence<kAcc>{});
+            wgmma_rs<kWgradBN>(partial, frag_hi[kk], desc_lo + k_step,
+                               cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
+            wgmma_rs<kWgradBN>(partial, frag_hi[kk], desc_hi + k_step,
+                               cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
+          }
+          cute::warpgroup_commit_batch();
+          cute::warpgroup_wait<0>();
+          add_block_sum(acc[u], partial);
         }
       }
+      ring.consumer_release(kb);
     }
-    ring.consumer_release(kb);
+  };
+  // wgmma_wgrad_supported: kW <= 3 and 32 + (kW - 1) * dw <= 36.
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  using Three = std::integral_constant<int, 3>;
+  using Four = std::integral_constant<int, 4>;
+  const int dw = p.dilation[2];
+  if (p.kW == 1) {
+    consume(One{}, One{});
+  } else if (p.kW == 3) {
+    if (dw == 1) {
+      consume(Three{}, One{});
+    } else {
+      consume(Three{}, Two{});
+    }
+  } else if (dw == 1) {
+    consume(Two{}, One{});
+  } else if (dw == 2) {
+    consume(Two{}, Two{});
+  } else if (dw == 3) {
+    consume(Two{}, Three{});
+  } else {
+    consume(Two{}, Four{});
+  }
+#pragma unroll
+  for (int u = 0; u < kWgradMaxKW; ++u) {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+      cute::warpgroup_fence_operand(acc[u][i]);
+    }
   }
 
   // Epilogue: this slice's sums, [tap][k][c]. Accumulator i: channel row g + 8 * ((i / 2) % 2),
   // column 8 * (i / 4) + 2 * t + i % 2.
   const int taps = p.kD * p.kH * p.kW;
 #pragma unroll
-  for (int s = 0; s < kWgradMaxKW; ++s) {
-    if (s < p.kW) {
-      const int tap = (td * p.kH + th) * p.kW + s;
+  for (int u = 0; u < kWgradMaxKW; ++u) {
+    if (u < p.kW) {
+      const int tap = (td * p.kH + th) * p.kW + (p.kW - 1 - u);
       float* const out = p.partial + (static_cast<int64_t>(split) * taps + tap) * p.C_out * p.C_in;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -370,7 +434,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
             const int c = c0 + 8 * j + 2 * t;
             if (c < p.C_in) {  // C_in is a multiple of 4: both columns or neither
               *reinterpret_cast<float2*>(out + static_cast<int64_t>(k) * p.C_in + c) =
-                  make_float2(acc[s][4 * j + 2 * half], acc[s][4 * j + 2 * half + 1]);
+                  make_float2(acc[u][4 * j + 2 * half], acc[u][4 * j + 2 * half + 1]);
             }
           }
         }
