@@ -26,10 +26,8 @@
 // so that a thread's fragment columns over the four k8 steps are positions 8t .. 8t + 7 of the
 // block (t = lane % 4), and tap u's (shift u * dilation_w) are 8t + u * dw .. 8t + 7 + u * dw:
 // all kW taps' fragments come from 8 + (kW - 1) * dw values per fragment row (10 at the
-// headline) where a load per tap and fragment took 24. The A fragments' shared-memory reads
-// fell from 48 to 20 floats a thread per K block, which with the x tile's reads by every tap's
-// products had held the kernel at the shared-memory bandwidth. The producer stores x in that
-// order; the dy rows are stored with their 16-byte chunks swizzled by the row's group of 8
+// headline) where a load per tap and fragment took 24. The producer stores x in that order;
+// the dy rows are stored with their 16-byte chunks swizzled by the row's group of 8
 // (wgrad_dy_offset), so the fragment loads, 8 rows apart, hit 32 banks.
 //
 // Tiling: a block owns one (t, r) pair of taps and all kW <= 3 taps along W (they read the
@@ -38,9 +36,16 @@
 // its partial sums; wgmma_wgrad_reduce_kernel adds the slices in slice order (deterministic).
 // Per K block a producer warpgroup copies the dy rows the taps reach (32 + (kW - 1) * dw rows
 // of 128 channels, cp.async, zero-filled outside dy; rows of 136 floats) and loads the x tile
-// (64 channels x 32 positions) into registers a block ahead, splits it and stores the two
-// tiles 128-byte swizzled in the K order above (wgmma's B, through descriptors); it publishes
-// each stage through the forward's StageRing.
+// (64 channels x 32 positions) into registers ahead, splits it and stores the two tiles
+// 128-byte swizzled in the K order above (wgmma's B, through descriptors); it publishes each
+// stage through the forward's StageRing, and the consumers fence the x tiles for the tensor
+// cores (a proxy fence in the producer waited, each K block, for its x loads in flight).
+//
+// Measured (H100, 2026-11-27, benchmarks/h100-2026-11-27-wgrad-k-order/notes.txt): at the
+// headline the plain-TF32 kernel does 270 TFLOP/s of useful work (1.14 -> 1.02-1.04 ms; about
+// two thirds of a TF32 matmul's rate); its top stall in Nsight Compute is the long scoreboard,
+// which we read as the consumers waiting on the full barrier behind the producer (one warp per
+// scheduler issuing ~240 instructions a K block). Split TF32: 1.95 -> 1.86-1.87 ms.
 #pragma once
 
 #include "conv/split_tf32_wgmma_conv3d.cuh"
@@ -123,7 +128,10 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
-  const StageRing<kStages> ring{full_bar, empty_bar};
+  // The consumers fence the x tiles for the tensor cores (the producer's stores are ordinary
+  // ones): a proxy fence waits for the thread's loads in flight, and in the producer those are
+  // the x values of the blocks ahead.
+  const StageRing<kStages, false> ring{full_bar, empty_bar};
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_base - smem_u32(smem_raw));
 
@@ -196,48 +204,41 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
         advance(ahead_n, ahead_z, ahead_y, ahead_wc);
       }
     }
-    for (int kb = 0; kb < k_blocks; ++kb) {
+    // K block kb; x_values holds its x values (loaded kXAhead blocks before), and then block
+    // kb + kXAhead's.
+    const auto produce = [&](int kb, float4(&x_values)[4]) {
       const int slot = kb % kStages;
       ring.producer_acquire(kb);
       const uint32_t stage = smem_base + slot * Tile::kStageBytes;
-      // dy rows: output positions (oz, oy, ox0 + row), ox0 the leftmost the taps reach.
+      // dy rows: output positions (oz, oy, ox0 + row), ox0 the leftmost the taps reach. This
+      // thread's are rows dy_row0 + 4j: the source steps by 4 rows of dy, the place in the stage
+      // by 4 rows, its chunk swizzled by the row's group of 8 (j / 2). (The producer issues
+      // every copy: its instructions per K block bound the kernel once the consumers keep up.)
       const int oz = z + p.padding[0] - td * p.dilation[0];
       const int oy = y + p.padding[1] - th * p.dilation[1];
-      const int ox0 = wc * kWgradBK + p.padding[2] - (p.kW - 1) * p.dilation[2];
+      const int ox0 = wc * kWgradBK + p.padding[2] - (p.kW - 1) * p.dilation[2] + dy_row0;
       const bool plane_valid = oz >= 0 && oz < p.Do && oy >= 0 && oy < p.Ho && dy_chunk_valid;
-      const int dy_plane = ((n * p.Do + oz) * p.Ho + oy) * p.Wo;
+      const float* const dy_row =
+          p.dy + (static_cast<int64_t>(((n * p.Do + oz) * p.Ho + oy) * p.Wo + ox0) * p.C_out + k0 +
+                  4 * dy_chunk);
+      const uint32_t dst_row = stage + static_cast<uint32_t>(dy_row0 * kWgradRowFloats * 4);
 #pragma unroll
       for (int j = 0; j < (kWgradMaxRows + 3) / 4; ++j) {
-        const int row = dy_row0 + 4 * j;
-        if (row < rows) {
-          const int ox = ox0 + row;
-          const bool valid = plane_valid && ox >= 0 && ox < p.Wo;
-          const uint32_t offset =
-              valid ? static_cast<uint32_t>((dy_plane + ox) * p.C_out + k0 + 4 * dy_chunk) : 0u;
-          cp_async_16(stage + static_cast<uint32_t>(4 * wgrad_dy_offset(row, 4 * dy_chunk)),
-                      p.dy + offset, valid);
+        if (j < kWgradBK / 4 || dy_row0 + 4 * j < rows) {
+          const bool valid =
+              plane_valid && static_cast<unsigned>(ox0 + 4 * j) < static_cast<unsigned>(p.Wo);
+          const uint32_t dst = dst_row + static_cast<uint32_t>(4 * j * kWgradRowFloats * 4) +
+                               static_cast<uint32_t>(16 * (dy_chunk ^ (((j >> 1) & 3) << 1)));
+          cp_async_16(dst, dy_row + 4 * j * p.C_out, valid);  // (not read unless valid)
         }
       }
       cp_async_commit();
-      // x: this block's values (loaded kXAhead blocks ahead), split, into the two swizzled
-      // tiles.
-      const float4 current[4] = {ahead[0][0], ahead[0][1], ahead[0][2], ahead[0][3]};
-#pragma unroll
-      for (int i = 0; i + 1 < Tile::kXAhead; ++i) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          ahead[i][j] = ahead[i + 1][j];
-        }
-      }
-      if (kb + Tile::kXAhead < k_blocks) {
-        load_x(ahead_n, ahead_z, ahead_y, ahead_wc, ahead[Tile::kXAhead - 1]);
-        advance(ahead_n, ahead_z, ahead_y, ahead_wc);
-      }
+      // x: this block's values, split, into the two swizzled tiles.
       uint8_t* const b_tiles = smem + slot * Tile::kStageBytes + Tile::kABytes;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int row = x_row0 + 16 * j;
-        const float in[4] = {current[j].x, current[j].y, current[j].z, current[j].w};
+        const float in[4] = {x_values[j].x, x_values[j].y, x_values[j].z, x_values[j].w};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           uint32_t hi, lo;
@@ -249,10 +250,23 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
           }
         }
       }
+      if (kb + Tile::kXAhead < k_blocks) {
+        load_x(ahead_n, ahead_z, ahead_y, ahead_wc, x_values);
+        advance(ahead_n, ahead_z, ahead_y, ahead_wc);
+      }
       // Block kb - kLag: its dy rows have landed (this thread's), its x tiles were stored
-      // before (the ring's proxy fence orders them before the tensor cores' reads).
+      // before (the consumers' proxy fence orders them before the tensor cores' reads).
       ring.producer_publish(kb);
       advance(n, z, y, wc);
+    };
+    // (Unrolled by kXAhead: each block's x values stay in their registers.)
+    for (int kb0 = 0; kb0 < k_blocks; kb0 += Tile::kXAhead) {
+#pragma unroll
+      for (int i = 0; i < Tile::kXAhead; ++i) {
+        if (kb0 + i < k_blocks) {
+          produce(kb0 + i, ahead[i]);
+        }
+      }
     }
     ring.producer_finish(k_blocks);
     return;
@@ -284,6 +298,11 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     constexpr int kSpan = 8 + (kTapsW - 1) * kDw;
     static_assert(kTapsW <= kWgradMaxKW && kSpan <= kWgradMaxRows - kWgradBK + 8,
                   "the taps' dy rows fit a stage");
+    // Block kb's slot is full; its x tiles then ordered before this thread's products.
+    const auto wait_full = [&](int kb) {
+      ring.consumer_wait(kb);
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    };
     // This thread's dy values of block kb: positions 8t + j, channel rows g and g + 8.
     const auto load_values = [&](int kb, float (&v)[kSpan][2]) {
       const float* const a_tile =
@@ -301,12 +320,12 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     // (Split TF32's batches are three times as long; it has no registers to spare.)
     float values[kSpan][2];
     if (!kSplit && k_blocks > 0) {
-      ring.consumer_wait(0);
+      wait_full(0);
       load_values(0, values);
     }
     for (int kb = 0; kb < k_blocks; ++kb) {
       if (kSplit) {
-        ring.consumer_wait(kb);
+        wait_full(kb);
         load_values(kb, values);
       }
       const uint32_t b_hi = smem_base + (kb % kStages) * Tile::kStageBytes + Tile::kABytes;
@@ -353,7 +372,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
         }
         cute::warpgroup_commit_batch();
         if (kb + 1 < k_blocks) {
-          ring.consumer_wait(kb + 1);
+          wait_full(kb + 1);
           load_values(kb + 1, values);
         }
         cute::warpgroup_wait<0>();
