@@ -106,8 +106,12 @@ def test_values_and_gradients_vs_float64(case, layout):
     _draw_away_from_relu_kinks(args)
     # The conv output (saved for backward) is in the input's layout, and the GroupNorm reads a
     # channels-last one in place; for an NCDHW input it reads the convolution's NDHWC output
-    # and writes the saved NCDHW copy (its own statistics: the convolution's are for inference).
-    assert _path(args) == SPLIT_TF32 + "_channels_last"
+    # (with the statistics that the convolution computes, where it does) and writes the saved
+    # NCDHW copy.
+    conv = "transposed_as_forward_split_tf32"
+    if layout == "contiguous" and _emits_relu_moments(args):
+        conv += "+relu_moments"
+    assert _path(args) == conv + " -> relu_group_norm_channels_last"
     check_against_reference("conv_transpose3d_relu_group_norm", args)
 
 

@@ -277,26 +277,23 @@ def test_dispatch_path_cuda(mode):
     # With TF32 off, float32 runs it on the split-TF32 kernel where channels are multiples of 4
     # (the build has CUTLASS wherever this runs: tools/device_check.sh fetches it).
     # Their float32 conv output is NDHWC, and the GroupNorm reads it so (in training it writes
-    # the NCDHW copy that is saved); without autograd, on the wgmma kernel, the convolution
-    # computes the GroupNorm's statistics too (504 output positions per sample: at least 128).
+    # the NCDHW copy that is saved); on the wgmma kernel the convolution computes the
+    # GroupNorm's statistics too (504 output positions per sample: at least 128).
     k3 = conv_transpose_args((2, 8, 5, 6, 7), 16, 3, 4, conv_bias=False, device="cuda")
-    conv = "transposed_as_forward" if tf32 else "transposed_as_forward_split_tf32"
-    assert (
-        _path("conv_transpose3d_relu_group_norm", k3, mode)
-        == conv + " -> relu_group_norm_channels_last"
-    )
     moments = "+relu_moments" if fused_ops.split_tf32_conv_kernel() == "wgmma" else ""
+    k3_path = (
+        "transposed_as_forward" if tf32 else "transposed_as_forward_split_tf32" + moments
+    ) + " -> relu_group_norm_channels_last"
+    assert _path("conv_transpose3d_relu_group_norm", k3, mode) == k3_path
     with torch.no_grad():
-        assert _path("conv_transpose3d_relu_group_norm", k3, mode) == (
-            conv + ("" if tf32 else moments) + " -> relu_group_norm_channels_last"
-        )
+        assert _path("conv_transpose3d_relu_group_norm", k3, mode) == k3_path
     k2 = conv_transpose_args((1, 6, 5, 3, 7), 12, 2, 3, device="cuda")
     assert _path("conv_transpose3d_relu_group_norm", k2, mode) == "aten -> relu_group_norm"
     k2_by4 = conv_transpose_args((1, 8, 5, 3, 7), 12, 2, 3, device="cuda")
     assert _path("conv_transpose3d_relu_group_norm", k2_by4, mode) == (
         "aten -> relu_group_norm"
         if tf32
-        else "transposed_as_forward_split_tf32 -> relu_group_norm_channels_last"
+        else "transposed_as_forward_split_tf32" + moments + " -> relu_group_norm_channels_last"
     )
     k2_half = conv_transpose_args((1, 6, 5, 3, 7), 12, 2, 3, device="cuda", dtype=torch.float16)
     assert (

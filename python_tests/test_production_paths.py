@@ -63,7 +63,8 @@ FLOAT32_BOTH_MODES: Combos = frozenset((F32, m) for m in MODES)
 # every dense channels-last input). A conv operator's GroupNorm reads its conv output, which
 # is in the input's layout (run_conv3d), except where the float32 CUDA rewrites of a
 # transposed convolution leave it NDHWC: without autograd (Case.inference_path), and with it
-# for an NCDHW input (the GroupNorm then writes the NCDHW copy that is saved: LAYOUT_COMBOS).
+# for an NCDHW input (the GroupNorm then writes the NCDHW copy that is saved:
+# Case.training_path, LAYOUT_COMBOS).
 # Convolutions (ops/conv/conv_stage.cpp, select_conv_path / conv_path_name), joined to the
 # norm kernel by " -> " (conv_transpose3d_relu_group_norm_path in
 # ops/conv/conv_transpose3d_relu_group_norm.cpp, conv3d_group_norm_mean_path in
@@ -341,6 +342,21 @@ class Case:
         return kwargs
 
     @property
+    def training_path(self) -> str:
+        """The path with autograd: `path`, where for an NCDHW input the split-TF32 convolution
+        on the wgmma kernel computes the GroupNorm's statistics too ("+relu_moments", as in
+        inference_path: its output is read as computed, and the saved NCDHW copy written by the
+        GroupNorm)."""
+        conv, norm = (self.path.split(" -> ") + [""])[:2]
+        if (
+            conv == "transposed_as_forward_split_tf32"
+            and self.layout == "contiguous"
+            and fused_ops.split_tf32_conv_kernel() == "wgmma"
+        ):
+            return conv + "+relu_moments -> " + norm
+        return self.path
+
+    @property
     def inference_path(self) -> str:
         """The path without autograd: the float32 CUDA rewrites of a transposed convolution
         leave their output NDHWC (the CPU's keeps the input's layout), which the GroupNorm
@@ -414,7 +430,7 @@ def test_path_values_and_gradients(case: Case, monkeypatch):
         monkeypatch.setitem(REFERENCES, case.op, case.reference_override)
     torch.manual_seed(zlib.crc32(case.id.encode()))
     args = case.build()
-    assert fused_ops.dispatch_path(case.op, *args) == case.path
+    assert fused_ops.dispatch_path(case.op, *args) == case.training_path
     kwargs = case.check_kwargs()
     check_against_reference(case.op, args, **kwargs)
     # Without autograd: the inference path (the one-pass forward without autograd may take the

@@ -68,18 +68,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_with_conv_out
       select_conv_path(input, weight, params, ConvConsumer::kReluGroupNorm) ==
           ConvPath::kTransposedAsForward;
   // The GroupNorm's statistics, where the convolution computes them (conv_emits_relu_moments:
-  // the inference forward on the split-TF32 wgmma kernel): its output is then read once. Not in
-  // training: the backward takes the saved mean and rstd as the exact moments of the saved
-  // output, and with the epilogue's (float32 per tile, within a few 1e-6 relative) the
-  // headline's TF32-off gradients measured 1.5-1.9x eager's error against float64 (H100,
-  // 2026-11-27, benchmarks/h100-2026-11-27-saved-copy), where earlier runs with the GroupNorm's
-  // own had 0.9-1.1x.
+  // the forward on the split-TF32 wgmma kernel): its output is then read once. In training too:
+  // the backward takes the saved mean and rstd as the moments of the saved output, and with the
+  // epilogue's (float32 per tile, within a few 1e-6 relative) the headline's TF32-off gradients
+  // have the errors against float64 they have with the GroupNorm's own, to three digits (H100,
+  // 2026-11-27, benchmarks/h100-2026-11-27-wgrad-k-order/notes.txt; eager's own errors vary
+  // from run to run with cuDNN's choice of kernels, and with them the ratio: 0.9-1.9).
   at::Tensor relu_channel_moments;
   at::Tensor conv_output =
-      input.is_meta() ? empty_conv_output(input, shapes.conv_output)
-                      : run_conv3d(input, weight, fold_conv_bias ? c10::nullopt : conv_bias, params,
-                                   ConvConsumer::kReluGroupNorm, computed_layout,
-                                   copy_in_normalise ? nullptr : &relu_channel_moments);
+      input.is_meta()
+          ? empty_conv_output(input, shapes.conv_output)
+          : run_conv3d(input, weight, fold_conv_bias ? c10::nullopt : conv_bias, params,
+                       ConvConsumer::kReluGroupNorm, computed_layout, &relu_channel_moments);
   const bool channels_last_norm =
       !input.is_meta() && norm::relu_group_norm_runs_channels_last_cuda(conv_output);
   at::Tensor input_bias;
@@ -166,11 +166,12 @@ std::string conv_transpose3d_relu_group_norm_path(
       shapes.conv_output, input.options().device(at::kMeta).memory_format(
                               conv_output_channels_last ? at::MemoryFormat::ChannelsLast3d
                                                         : input.suggest_memory_format()));
-  // "+relu_moments": the convolution computes the GroupNorm's statistics too (run_conv3d), in an
-  // inference forward only (see forward_with_conv_output_in).
+  // "+relu_moments": the convolution computes the GroupNorm's statistics too (run_conv3d; the
+  // opted-into TF32 one, run_tf32_conv_relu_group_norm, only in an inference forward).
   const bool conv_moments =
-      !records && conv_output_channels_last &&
-      conv_emits_relu_moments(input, weight, params, ConvConsumer::kReluGroupNorm);
+      conv_output_channels_last &&
+      conv_emits_relu_moments(input, weight, params, ConvConsumer::kReluGroupNorm) &&
+      !(records && path == ConvPath::kTransposedAsForward);
   return std::string(conv_path_name(path)) + (conv_moments ? "+relu_moments" : "") + " -> " +
          norm::relu_group_norm_kernel_name(conv_output, input.device());
 }
