@@ -43,9 +43,9 @@
 //
 // Measured (H100, 2026-11-27, benchmarks/h100-2026-11-27-wgrad-k-order/notes.txt): at the
 // headline the plain-TF32 kernel does 270 TFLOP/s of useful work (1.14 -> 1.02-1.04 ms; about
-// two thirds of a TF32 matmul's rate); its top stall in Nsight Compute is the long scoreboard,
-// which we read as the consumers waiting on the full barrier behind the producer (one warp per
-// scheduler issuing ~240 instructions a K block). Split TF32: 1.95 -> 1.86-1.87 ms.
+// two thirds of a TF32 matmul's rate), held by its producer's loads of x: a diagnostic build
+// with them replaced by constants ran 0.74 ms, one without the dy copies 0.92 (Nsight Compute's
+// top stall: the long scoreboard). Split TF32 (tensor-bound): 1.95 -> 1.86-1.87 ms.
 #pragma once
 
 #include "conv/split_tf32_wgmma_conv3d.cuh"
@@ -212,8 +212,8 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
       const uint32_t stage = smem_base + slot * Tile::kStageBytes;
       // dy rows: output positions (oz, oy, ox0 + row), ox0 the leftmost the taps reach. This
       // thread's are rows dy_row0 + 4j: the source steps by 4 rows of dy, the place in the stage
-      // by 4 rows, its chunk swizzled by the row's group of 8 (j / 2). (The producer issues
-      // every copy: its instructions per K block bound the kernel once the consumers keep up.)
+      // by 4 rows, its chunk swizzled by the row's group of 8 (j / 2). (Addressed by steps: the
+      // producer, one warp per scheduler, is what limits the plain-TF32 kernel.)
       const int oz = z + p.padding[0] - td * p.dilation[0];
       const int oy = y + p.padding[1] - th * p.dilation[1];
       const int ox0 = wc * kWgradBK + p.padding[2] - (p.kW - 1) * p.dilation[2] + dy_row0;
