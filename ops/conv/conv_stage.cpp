@@ -743,12 +743,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(const at::Tensor&
       case ConvPath::kTransposedAsForwardSplitTf32:
         return transposed_split_tf32_backward(grad_conv_output, input, weight, has_bias, p,
                                               output_mask);
-      case ConvPath::kTransposedAsForward:
-        if (input.is_cuda() && input.scalar_type() == at::kFloat) {
+      case ConvPath::kTransposedAsForward:  // (CUDA only: select_conv_path)
+        if (input.scalar_type() == at::kFloat) {
           return transposed_as_forward_backward(grad_conv_output, input, weight, has_bias, p,
                                                 output_mask);
         }
-        break;  // half types on CUDA (not measured in NDHWC), the CPU: eager's backward
+        break;  // half types (not measured in NDHWC): eager's backward
       default:
         break;
     }

@@ -289,6 +289,13 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Orders this thread's ordinary (generic-proxy) accesses to shared memory before its later
+// async-proxy ones (the tensor cores' operand reads, bulk copies). (In SASS a MEMBAR.ALL.CTA
+// first: it waits for the thread's loads in flight.)
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // mbarriers (shared memory, 8 bytes each).
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -453,7 +460,7 @@ struct StageRing {
     if (kb >= kLag) {
       cp_async_wait<kLag>();
       if (kProducerProxyFence) {
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        fence_proxy_async_shared();
       }
       mbarrier_arrive(smem_u32(&full[(kb - kLag) % kStages]));
     }
@@ -462,7 +469,7 @@ struct StageRing {
   __device__ void producer_finish(int k_blocks) const {
     cp_async_wait<0>();
     if (kProducerProxyFence) {
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      fence_proxy_async_shared();
     }
     for (int kb = k_blocks > kLag ? k_blocks - kLag : 0; kb < k_blocks; ++kb) {
       mbarrier_arrive(smem_u32(&full[kb % kStages]));
@@ -957,7 +964,7 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
         const int slot = kb % kStages;
         ring.consumer_wait(kb);
         if constexpr (!Tile::kTmaIm2col) {  // (the copy engine's writes need none)
-          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+          fence_proxy_async_shared();
         }
         const uint32_t stage = smem_base + slot * Tile::kStageBytes;
         const uint64_t desc_b = k_major_sw128_desc(stage + Tile::kABytes);

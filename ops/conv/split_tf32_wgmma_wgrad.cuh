@@ -73,16 +73,14 @@ constexpr int kWgradMaxKW = 3;        // taps along W per block
 constexpr int kWgradMaxRows = 36;     // dy rows per K block: 32 + (kW - 1) * dilation_w at most
 constexpr int kWgradRowFloats = 136;  // a dy row in shared memory: 128 channels + 8
 
-// The position in a K block of wgmma's k index (the forward's channel order), and its inverse.
-__host__ __device__ constexpr int wgrad_position_of_k(int k) {
-  return wgmma_conv_detail::wgmma_conv_channel_of_k(k);
-}
+// The k index of a K block's position: the inverse of the forward's channel order
+// (wgmma_conv_channel_of_k), in which the producer stores x's tiles.
 __host__ __device__ constexpr int wgrad_k_of_position(int position) {
   return 8 * ((position >> 1) & 3) + (position >> 3) + 4 * (position & 1);
 }
 __host__ __device__ constexpr bool wgrad_k_order_is_a_permutation() {
   for (int k = 0; k < kWgradBK; ++k) {
-    if (wgrad_k_of_position(wgrad_position_of_k(k)) != k) {
+    if (wgrad_k_of_position(wgmma_conv_detail::wgmma_conv_channel_of_k(k)) != k) {
       return false;
     }
   }
@@ -301,7 +299,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     // Block kb's slot is full; its x tiles then ordered before this thread's products.
     const auto wait_full = [&](int kb) {
       ring.consumer_wait(kb);
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      fence_proxy_async_shared();
     };
     // This thread's dy values of block kb: positions 8t + j, channel rows g and g + 8.
     const auto load_values = [&](int kb, float (&v)[kSpan][2]) {
