@@ -7,7 +7,8 @@
 //   tools/split_tf32_wgmma_check.sh             # builds for sm_90a, runs on the current GPU
 //   tools/split_tf32_wgmma_check.sh "" --stress  # the small shapes, 300 runs each, compared
 //                                                # bitwise with the first run and with float64
-//   tools/split_tf32_wgmma_check.sh "" --wgrad-small  # the weight gradient's small problems only
+//   tools/split_tf32_wgmma_check.sh "" --wgrad        # the weight gradient's problems only
+//   tools/split_tf32_wgmma_check.sh "" --wgrad-small  # ... without the (timed) headline
 //   tools/split_tf32_wgmma_check.sh "" --moments-small  # the small problems' "+moments" rows only
 //
 // Problems: the headline ConvTranspose3d(64 -> 128, k3) on (16, 64, 32^3) as the forward
@@ -465,13 +466,15 @@ int main(int argc, char** argv) {
     std::printf(status == 0 ? "all passed\n" : "FAILED\n");
     return status;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--wgrad-small") == 0) {  // (for compute-sanitizer)
+  const bool wgrad_only = argc > 1 && std::strcmp(argv[1], "--wgrad") == 0;
+  if (wgrad_only || (argc > 1 && std::strcmp(argv[1], "--wgrad-small") == 0)) {
+    std::setvbuf(stdout, nullptr, _IONBF, 0);
     std::mt19937 rng(0);
-    std::vector<Problem> untimed;
+    std::vector<Problem> chosen;
     for (const Problem& q : wgrad_problems) {
-      if (!q.timed) untimed.push_back(q);
+      if (wgrad_only || !q.timed) chosen.push_back(q);
     }
-    const int status = check_wgrad(untimed, rng);
+    const int status = check_wgrad(chosen, rng);
     std::printf(status == 0 ? "all passed\n" : "FAILED\n");
     return status;
   }

@@ -360,6 +360,23 @@ __device__ __forceinline__ void im2col_copy_to_shared(uint32_t dst, const CUtens
       "h"(ow), "h"(oh), "h"(od)
       : "memory");
 }
+// The tiled copy of the tensor memory accelerator: the box of `map` whose corner is at
+// coordinates (c0 .. c4) (innermost first) into shared memory at dst, zeros outside the tensor;
+// completes on `bar`.
+__device__ __forceinline__ void tiled_copy_to_shared_5d(uint32_t dst, const CUtensorMap* map,
+                                                        int32_t c0, int32_t c1, int32_t c2,
+                                                        int32_t c3, int32_t c4, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
+// The `threads` threads (whole warps) that reach named barrier `id` (1 .. 15: 0 is
+// __syncthreads') wait for each other.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 // Byte offset of element (row, col) in a 128-byte-swizzled tile of 32-float rows.
 __device__ __forceinline__ uint32_t swizzled(int row, int col) {
   return static_cast<uint32_t>(row * 128 + ((((col >> 2) ^ (row & 7)) << 4) | ((col & 3) << 2)));
@@ -465,6 +482,9 @@ struct StageRing {
       mbarrier_arrive(smem_u32(&full[(kb - kLag) % kStages]));
     }
   }
+  // Producer thread whose part of block kb needs no lag (its stores are ordinary ones, or
+  // complete): publishes block kb.
+  __device__ void producer_arrive(int kb) const { mbarrier_arrive(smem_u32(&full[kb % kStages])); }
   // Producer, after its last block: publishes the blocks still unpublished.
   __device__ void producer_finish(int k_blocks) const {
     cp_async_wait<0>();

@@ -409,10 +409,11 @@ cudaError_t wgmma_tf32_relu_group_norm_launch(const conv::Tf32ConvReluGroupNormP
 
 namespace {
 
-// 4 stages of 36 KB. benchmarks/split_tf32_wgmma_check.cu times it against CUTLASS's wgrad.
+// 4 stages (5 and 6 measured slower for plain TF32). benchmarks/split_tf32_wgmma_check.cu
+// times them against CUTLASS's wgrad.
 using WgradSplitTile = WgmmaWgradTile<4, true>;
 using WgradTf32Tile = WgmmaWgradTile<4, false>;
-static_assert(WgradSplitTile::kSmemBytes == WgradTf32Tile::kSmemBytes, "one shared memory size");
+constexpr int kWgradSmemBytes = std::max(WgradSplitTile::kSmemBytes, WgradTf32Tile::kSmemBytes);
 
 WgmmaWgradParams wgrad_params(const conv::Conv3dShape& s) {
   WgmmaWgradParams p{};
@@ -434,6 +435,48 @@ WgmmaWgradParams wgrad_params(const conv::Conv3dShape& s) {
   p.blocks_per_split = static_cast<int>(ceil_div(p.blocks, want));
   p.splits = static_cast<int>(ceil_div(p.blocks, p.blocks_per_split));
   return p;
+}
+
+// The driver's cuTensorMapEncodeTiled, reached through the runtime (the library does not link
+// the driver); null where the driver lacks it.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+  static const EncodeTiled encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      fn = nullptr;
+    }
+    return reinterpret_cast<EncodeTiled>(fn);
+  }();
+  return encode;
+}
+
+// x's (NCDHW) tensor map for the weight gradient's x tiles: a box of 32 positions along W by
+// kWgradBN channels at one (n, z, y), unswizzled (a 128-byte row per channel), zeros outside x.
+cudaError_t make_wgrad_x_map(const WgmmaWgradParams& p, CUtensorMap* map) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) {
+    return cudaErrorNotSupported;
+  }
+  const cuuint64_t dims[5] = {static_cast<cuuint64_t>(p.W), static_cast<cuuint64_t>(p.H),
+                              static_cast<cuuint64_t>(p.D), static_cast<cuuint64_t>(p.C_in),
+                              static_cast<cuuint64_t>(p.N)};
+  const cuuint64_t strides[4] = {dims[0] * 4, dims[0] * dims[1] * 4,
+                                 dims[0] * dims[1] * dims[2] * 4,
+                                 dims[0] * dims[1] * dims[2] * dims[3] * 4};  // bytes, dims 1..4
+  const cuuint32_t box[5] = {kWgradBK, 1, 1, kWgradBN, 1};
+  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  const CUresult r =
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, const_cast<float*>(p.x), dims, strides, box,
+             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 }  // namespace
@@ -458,8 +501,8 @@ bool wgmma_wgrad_supported(const conv::Conv3dShape& s) {
   const bool stride_1 = s.stride[0] == 1 && s.stride[1] == 1 && s.stride[2] == 1;
   return stride_1 && conv::split_tf32_conv3d_shape_supported(s) && s.W % 4 == 0 &&
          s.kW <= kWgradMaxKW && kWgradBK + (s.kW - 1) * s.dilation[2] <= kWgradMaxRows &&
-         static_cast<size_t>(WgradSplitTile::kSmemBytes) <= current_device_info().shared_memory &&
-         wgmma_conv_available();
+         static_cast<size_t>(kWgradSmemBytes) <= current_device_info().shared_memory &&
+         wgmma_conv_available() && encode_tiled() != nullptr;
 }
 
 size_t wgmma_wgrad_workspace_bytes(const conv::Conv3dShape& s) {
@@ -475,17 +518,22 @@ cudaError_t wgmma_wgrad_launch(const conv::Conv3dShape& s, const float* x_ncdhw,
   p.dy = dy_ndhwc;
   p.partial = static_cast<float*>(workspace);
   p.dw = dw;
+  CUtensorMap x_map{};
+  cudaError_t e = make_wgrad_x_map(p, &x_map);
+  if (e != cudaSuccess) {
+    return e;
+  }
   const auto kernel = split ? split_tf32_wgmma_wgrad_kernel<WgradSplitTile::kStages, true>
                             : split_tf32_wgmma_wgrad_kernel<WgradTf32Tile::kStages, false>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       WgradSplitTile::kSmemBytes);
+  const int smem_bytes = split ? WgradSplitTile::kSmemBytes : WgradTf32Tile::kSmemBytes;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (e != cudaSuccess) {
     return e;
   }
   const dim3 grid(static_cast<unsigned>(s.kD * s.kH * p.splits),
                   static_cast<unsigned>(ceil_div(s.C_out, kWgradBM)),
                   static_cast<unsigned>(ceil_div(s.C_in, kWgradBN)));
-  kernel<<<grid, kWgmmaConvThreads, WgradSplitTile::kSmemBytes, stream>>>(p);
+  kernel<<<grid, kWgmmaConvThreads, smem_bytes, stream>>>(p, x_map);
   if ((e = cudaGetLastError()) != cudaSuccess) {
     return e;
   }

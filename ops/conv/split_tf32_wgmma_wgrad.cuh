@@ -35,17 +35,17 @@
 // channels, and a slice of the K blocks (split-K: the grid is about one wave). Each writes
 // its partial sums; wgmma_wgrad_reduce_kernel adds the slices in slice order (deterministic).
 // Per K block a producer warpgroup copies the dy rows the taps reach (32 + (kW - 1) * dw rows
-// of 128 channels, cp.async, zero-filled outside dy; rows of 136 floats) and loads the x tile
-// (64 channels x 32 positions) into registers ahead, splits it and stores the two tiles
-// 128-byte swizzled in the K order above (wgmma's B, through descriptors); it publishes each
-// stage through the forward's StageRing, and the consumers fence the x tiles for the tensor
-// cores (a proxy fence in the producer waited, each K block, for its x loads in flight).
+// of 128 channels, cp.async, zero-filled outside dy; rows of 136 floats), and splits the x
+// tile (64 channels x 32 positions), which the copy engine brought into a staging slot
+// kXAhead blocks before (a tiled tensor-map copy: zeros outside x and past C_in), into the
+// stage's two tiles, 128-byte swizzled in the K order above (wgmma's B, through descriptors);
+// it publishes each stage through the forward's StageRing, and the consumers fence the x tiles
+// for the tensor cores (a proxy fence in the producer waited, each K block, for its loads).
 //
-// Measured (H100, 2026-11-27, benchmarks/h100-2026-11-27-wgrad-k-order/notes.txt): at the
-// headline the plain-TF32 kernel does 270 TFLOP/s of useful work (1.14 -> 1.02-1.04 ms; about
-// two thirds of a TF32 matmul's rate), held by its producer's loads of x: a diagnostic build
-// with them replaced by constants ran 0.74 ms, one without the dy copies 0.92 (Nsight Compute's
-// top stall: the long scoreboard). Split TF32 (tensor-bound): 1.95 -> 1.86-1.87 ms.
+// Measured (H100, 2026-11-28, benchmarks/h100-2026-11-28-wgrad-x-staging/notes.txt): at the
+// headline the plain-TF32 kernel does 315 TFLOP/s of useful work, 0.87-0.88 ms (1.00-1.03 ms
+// when the producer loaded x into registers itself: the loads' latency held it, as their
+// long-scoreboard stall showed); split TF32 (tensor-bound) 1.83-1.88 ms.
 #pragma once
 
 #include "conv/split_tf32_wgmma_conv3d.cuh"
@@ -66,12 +66,13 @@ struct WgmmaWgradParams {
   float* dw;        // (C_out, kD, kH, kW, C_in)
 };
 
-constexpr int kWgradBM = 128;         // output channels per block (two m64 warpgroups)
-constexpr int kWgradBN = 64;          // input channels per block
-constexpr int kWgradBK = 32;          // positions per K block
-constexpr int kWgradMaxKW = 3;        // taps along W per block
-constexpr int kWgradMaxRows = 36;     // dy rows per K block: 32 + (kW - 1) * dilation_w at most
-constexpr int kWgradRowFloats = 136;  // a dy row in shared memory: 128 channels + 8
+constexpr int kWgradBM = 128;             // output channels per block (two m64 warpgroups)
+constexpr int kWgradBN = 64;              // input channels per block
+constexpr int kWgradBK = 32;              // positions per K block
+constexpr int kWgradMaxKW = 3;            // taps along W per block
+constexpr int kWgradMaxRows = 36;         // dy rows per K block: 32 + (kW - 1) * dilation_w at most
+constexpr int kWgradRowFloats = 136;      // a dy row in shared memory: 128 channels + 8
+constexpr int kWgradProducerBarrier = 1;  // the producer warpgroup's named barrier
 
 // The k index of a K block's position: the inverse of the forward's channel order
 // (wgmma_conv_channel_of_k), in which the producer stores x's tiles.
@@ -104,21 +105,25 @@ struct WgmmaWgradTile {
   // The dy rows, rounded up to the 1024-byte swizzle atom the x tiles after them need.
   static constexpr int kABytes = (kWgradMaxRows * kWgradRowFloats * 4 + 1023) / 1024 * 1024;
   static constexpr int kBBytes = kWgradBN * 128;
-  static constexpr int kStageBytes = kABytes + 2 * kBBytes;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;
-  // K blocks whose x values the producer holds ahead (16 registers each).
-  static constexpr int kXAhead = Split ? 1 : 2;
+  static constexpr int kStageBytes = kABytes + (Split ? 2 : 1) * kBBytes;  // (x's hi, lo tiles)
+  // x's staging slots (64 channel rows of 32 positions, as in x): the copy engine brings a
+  // block's tile kXAhead K blocks before the producer splits it. (3 and 6 measured alike.)
+  static constexpr int kXAhead = 3;
+  static constexpr int kXSlots = kXAhead + 1;
+  static constexpr int kXSlotBytes = kWgradBN * kWgradBK * 4;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kXSlots * kXSlotBytes + 1024;
   // The consumers hold kW x 32 sums, the K block's 2 x (8 + (kW - 1) * dw) dy values and the
   // taps' fragments (and, split, the values' low parts and a tap's block sums, 32).
-  static constexpr int kProducerRegisters = Split ? 72 : 104;
-  static constexpr int kConsumerRegisters = Split ? 216 : 200;
+  static constexpr int kProducerRegisters = 72;
+  static constexpr int kConsumerRegisters = 216;
 };
 
 // kSplit: split TF32 (three products, float32-grade); else plain TF32 (one product of the
 // operands rounded to TF32, for PyTorch's allow_tf32 mode: as accurate as cuDNN's TF32 kernels).
 template <int kStages, bool kSplit>
 __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
-    split_tf32_wgmma_wgrad_kernel(const WgmmaWgradParams p) {
+    split_tf32_wgmma_wgrad_kernel(const WgmmaWgradParams p,
+                                  const __grid_constant__ CUtensorMap x_map) {
 #ifdef FUSED_OPS_WGMMA_ENABLED
   using namespace wgmma_conv_detail;
   using Tile = WgmmaWgradTile<kStages, kSplit>;
@@ -126,12 +131,14 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
+  __shared__ uint64_t x_full[Tile::kXSlots];  // x's staging slots: the copy has landed
   // The consumers fence the x tiles for the tensor cores (the producer's stores are ordinary
   // ones): a proxy fence waits for the thread's loads in flight, and in the producer those are
   // the x values of the blocks ahead.
   const StageRing<kStages, false> ring{full_bar, empty_bar};
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_base - smem_u32(smem_raw));
+  const uint32_t x_staging = smem_base + kStages * Tile::kStageBytes;
 
   const int tid = threadIdx.x;
   const int split = blockIdx.x % p.splits;
@@ -143,13 +150,18 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   const int k_blocks = max(0, min(p.blocks, b_begin + p.blocks_per_split) - b_begin);
 
   if (tid == 0) {
+    for (int slot = 0; slot < Tile::kXSlots; ++slot) {
+      mbarrier_init(smem_u32(&x_full[slot]), 1);
+    }
     ring.init();
   }
   __syncthreads();
 
   if (tid < 128) {
-    // ---- Producer. dy: 16-byte chunk (tid % 32) of rows tid / 32 + 4 j; x: chunk (tid % 8)
-    // (4 positions) of channel rows tid / 8 + 16 j.
+    // ---- Producer. dy: 16-byte chunk (tid % 32) of rows tid / 32 + 4 j, copied; x: the copy
+    // engine brings block kb + kXAhead's tile into its staging slot (thread 0 issues it), and
+    // each thread splits chunk (tid % 8) (4 positions) of channel rows tid / 8 + 16 j of block
+    // kb into the stage's tiles.
     cutlass::arch::warpgroup_reg_dealloc<Tile::kProducerRegisters>();
     const int dy_chunk = tid & 31, dy_row0 = tid >> 5;
     const int x_chunk = tid & 7, x_row0 = tid >> 3;
@@ -178,40 +190,36 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
         }
       }
     };
-    // x values of a K block: 4 chunks of 4 positions (zero outside x or past C_in).
-    const auto load_x = [&](int n_, int z_, int y_, int wc_, float4(&v)[4]) {
-      const int q = wc_ * kWgradBK + 4 * x_chunk;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int c = c0 + x_row0 + 16 * j;
-        v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (q < p.W && c < p.C_in) {
-          v[j] = __ldg(reinterpret_cast<const float4*>(
-              p.x + (((n_ * p.C_in + c) * p.D + z_) * p.H + y_) * p.W + q));
-        }
-      }
-    };
-    // x values of the next Tile::kXAhead K blocks, loaded ahead (their latency limits the
-    // producer once the consumers keep up), and the position of the next block to load.
-    float4 ahead[Tile::kXAhead][4];
+    // Thread 0: block kb's x tile (64 channels x 32 positions, zeros outside x) into its
+    // staging slot, completing on the slot's barrier; the position of the next block to copy.
     int ahead_n = n, ahead_z = z, ahead_y = y, ahead_wc = wc;
-#pragma unroll
-    for (int i = 0; i < Tile::kXAhead; ++i) {
-      if (i < k_blocks) {
-        load_x(ahead_n, ahead_z, ahead_y, ahead_wc, ahead[i]);
-        advance(ahead_n, ahead_z, ahead_y, ahead_wc);
+    const auto stage_x = [&](int kb) {
+      const int slot = kb % Tile::kXSlots;
+      const uint32_t bar = smem_u32(&x_full[slot]);
+      mbarrier_arrive_expect_bytes(bar, Tile::kXSlotBytes);
+      tiled_copy_to_shared_5d(x_staging + slot * Tile::kXSlotBytes, &x_map, ahead_wc * kWgradBK,
+                              ahead_y, ahead_z, c0, ahead_n, bar);
+      advance(ahead_n, ahead_z, ahead_y, ahead_wc);
+    };
+    if (tid == 0) {
+      for (int kb = 0; kb < min(Tile::kXAhead, k_blocks); ++kb) {
+        stage_x(kb);
       }
     }
-    // K block kb; x_values holds its x values (loaded kXAhead blocks before), and then block
-    // kb + kXAhead's.
-    const auto produce = [&](int kb, float4(&x_values)[4]) {
+    for (int kb = 0; kb < k_blocks; ++kb) {
       const int slot = kb % kStages;
+      // Block kb + kXAhead's x tile, into the slot of block kb - 1, which every producer
+      // thread has read.
+      named_barrier_sync(kWgradProducerBarrier, 128);
+      if (tid == 0 && kb + Tile::kXAhead < k_blocks) {
+        stage_x(kb + Tile::kXAhead);
+      }
       ring.producer_acquire(kb);
       const uint32_t stage = smem_base + slot * Tile::kStageBytes;
       // dy rows: output positions (oz, oy, ox0 + row), ox0 the leftmost the taps reach. This
       // thread's are rows dy_row0 + 4j: the source steps by 4 rows of dy, the place in the stage
       // by 4 rows, its chunk swizzled by the row's group of 8 (j / 2). (Addressed by steps: the
-      // producer, one warp per scheduler, is what limits the plain-TF32 kernel.)
+      // producer has one warp per scheduler.)
       const int oz = z + p.padding[0] - td * p.dilation[0];
       const int oy = y + p.padding[1] - th * p.dilation[1];
       const int ox0 = wc * kWgradBK + p.padding[2] - (p.kW - 1) * p.dilation[2] + dy_row0;
@@ -231,7 +239,17 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
         }
       }
       cp_async_commit();
-      // x: this block's values, split, into the two swizzled tiles.
+      // x: this block's tile, split, into the two swizzled tiles in the K order.
+      mbarrier_wait(smem_u32(&x_full[kb % Tile::kXSlots]), (kb / Tile::kXSlots) & 1);
+      const float4* const staged =
+          reinterpret_cast<const float4*>(smem + kStages * Tile::kStageBytes +
+                                          (kb % Tile::kXSlots) * Tile::kXSlotBytes) +
+          x_row0 * (kWgradBK / 4) + x_chunk;
+      float4 x_values[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        x_values[j] = staged[16 * j * (kWgradBK / 4)];
+      }
       uint8_t* const b_tiles = smem + slot * Tile::kStageBytes + Tile::kABytes;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -248,23 +266,10 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
           }
         }
       }
-      if (kb + Tile::kXAhead < k_blocks) {
-        load_x(ahead_n, ahead_z, ahead_y, ahead_wc, x_values);
-        advance(ahead_n, ahead_z, ahead_y, ahead_wc);
-      }
       // Block kb - kLag: its dy rows have landed (this thread's), its x tiles were stored
       // before (the consumers' proxy fence orders them before the tensor cores' reads).
       ring.producer_publish(kb);
       advance(n, z, y, wc);
-    };
-    // (Unrolled by kXAhead: each block's x values stay in their registers.)
-    for (int kb0 = 0; kb0 < k_blocks; kb0 += Tile::kXAhead) {
-#pragma unroll
-      for (int i = 0; i < Tile::kXAhead; ++i) {
-        if (kb0 + i < k_blocks) {
-          produce(kb0 + i, ahead[i]);
-        }
-      }
     }
     ring.producer_finish(k_blocks);
     return;
