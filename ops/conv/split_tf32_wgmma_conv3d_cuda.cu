@@ -428,12 +428,16 @@ WgmmaWgradParams wgrad_params(const conv::Conv3dShape& s) {
   }
   p.w_chunks = static_cast<int>(ceil_div(s.W, kWgradBK));
   p.blocks = static_cast<int>(s.N * s.D * s.H * p.w_chunks);
-  // Split-K: about one block per SM over the grid's (t, r) pairs and channel tiles.
-  const int64_t tiles = s.kD * s.kH * ceil_div(s.C_out, kWgradBM) * ceil_div(s.C_in, kWgradBN);
-  const int64_t want = std::max<int64_t>(
-      1, std::min<int64_t>(p.blocks, current_device_info().multiprocessors / tiles));
-  p.blocks_per_split = static_cast<int>(ceil_div(p.blocks, want));
-  p.splits = static_cast<int>(ceil_div(p.blocks, p.blocks_per_split));
+  // Split-K over the (pair, K block) units: one block per SM over the channel tiles (a block
+  // may end one pair and start the next: 9 pairs do not divide 132 SMs), at least one block
+  // per pair (so that a block covers at most two).
+  const int64_t pairs = s.kD * s.kH;
+  const int64_t units = pairs * p.blocks;
+  const int64_t channel_tiles = ceil_div(s.C_out, kWgradBM) * ceil_div(s.C_in, kWgradBN);
+  const int64_t want = std::min<int64_t>(
+      units, std::max<int64_t>(pairs, current_device_info().multiprocessors / channel_tiles));
+  p.units_per_block = static_cast<int>(ceil_div(units, want));
+  p.grid_blocks = static_cast<int>(ceil_div(units, p.units_per_block));
   return p;
 }
 
@@ -483,16 +487,19 @@ cudaError_t make_wgrad_x_map(const WgmmaWgradParams& p, CUtensorMap* map) {
 
 __global__ void wgmma_wgrad_reduce_kernel(const WgmmaWgradParams p) {
   const int taps = p.kD * p.kH * p.kW;
-  const int64_t per_split = static_cast<int64_t>(taps) * p.C_out * p.C_in;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < per_split;
+  const int64_t per_tap = static_cast<int64_t>(p.C_out) * p.C_in;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < taps * per_tap;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t kc = i % per_tap;  // k * C_in + c
+    const int tap = static_cast<int>(i / per_tap);
+    const int pair = tap / p.kW, tap_w = tap % p.kW;
+    int first = 0, last = 0;
+    wgrad_pair_blocks(p, pair, first, last);
     float sum = 0.f;
-    for (int split = 0; split < p.splits; ++split) {
-      sum += p.partial[split * per_split + i];
+    for (int block = first; block <= last; ++block) {
+      sum += p.partial[(wgrad_partial_slot(block, pair) * p.kW + tap_w) * per_tap + kc];
     }
-    const int64_t c = i % p.C_in;
-    const int64_t k = (i / p.C_in) % p.C_out;
-    const int64_t tap = i / (static_cast<int64_t>(p.C_in) * p.C_out);
+    const int64_t c = kc % p.C_in, k = kc / p.C_in;
     p.dw[(k * taps + tap) * p.C_in + c] = sum;
   }
 }
@@ -507,7 +514,7 @@ bool wgmma_wgrad_supported(const conv::Conv3dShape& s) {
 
 size_t wgmma_wgrad_workspace_bytes(const conv::Conv3dShape& s) {
   const WgmmaWgradParams p = wgrad_params(s);
-  return static_cast<size_t>(p.splits) * s.kD * s.kH * s.kW * s.C_out * s.C_in * sizeof(float);
+  return static_cast<size_t>(p.grid_blocks + s.kD * s.kH) * s.kW * s.C_out * s.C_in * sizeof(float);
 }
 
 cudaError_t wgmma_wgrad_launch(const conv::Conv3dShape& s, const float* x_ncdhw,
@@ -530,7 +537,7 @@ cudaError_t wgmma_wgrad_launch(const conv::Conv3dShape& s, const float* x_ncdhw,
   if (e != cudaSuccess) {
     return e;
   }
-  const dim3 grid(static_cast<unsigned>(s.kD * s.kH * p.splits),
+  const dim3 grid(static_cast<unsigned>(p.grid_blocks),
                   static_cast<unsigned>(ceil_div(s.C_out, kWgradBM)),
                   static_cast<unsigned>(ceil_div(s.C_in, kWgradBN)));
   kernel<<<grid, kWgmmaConvThreads, smem_bytes, stream>>>(p, x_map);

@@ -30,10 +30,12 @@
 // the dy rows are stored with their 16-byte chunks swizzled by the row's group of 8
 // (wgrad_dy_offset), so the fragment loads, 8 rows apart, hit 32 banks.
 //
-// Tiling: a block owns one (t, r) pair of taps and all kW <= 3 taps along W (they read the
-// same dy rows, shifted), 128 output channels (two consumer warpgroups of m64) by 64 input
-// channels, and a slice of the K blocks (split-K: the grid is about one wave). Each writes
-// its partial sums; wgmma_wgrad_reduce_kernel adds the slices in slice order (deterministic).
+// Tiling: a block owns 128 output channels (two consumer warpgroups of m64) by 64 input
+// channels and a range of (pair, K block) units, pair = (t, r) the taps along D and H, with all
+// kW <= 3 taps along W (they read the same dy rows, shifted). Split-K: the units are divided
+// evenly over about one block per SM, so a block may end one pair and start the next (9 pairs
+// do not divide 132 SMs); it writes its sums of each pair to a slot of its own, and
+// wgmma_wgrad_reduce_kernel adds a pair's slots in block order (deterministic).
 // Per K block a producer warpgroup copies the dy rows the taps reach (32 + (kW - 1) * dw rows
 // of 128 channels, cp.async, zero-filled outside dy; rows of 136 floats), and splits the x
 // tile (64 channels x 32 positions), which the copy engine brought into a staging slot
@@ -43,9 +45,10 @@
 // for the tensor cores (a proxy fence in the producer waited, each K block, for its loads).
 //
 // Measured (H100, 2026-11-28, benchmarks/h100-2026-11-28-wgrad-x-staging/notes.txt): at the
-// headline the plain-TF32 kernel does 315 TFLOP/s of useful work, 0.87-0.88 ms (1.00-1.03 ms
-// when the producer loaded x into registers itself: the loads' latency held it, as their
-// long-scoreboard stall showed); split TF32 (tensor-bound) 1.83-1.88 ms.
+// headline the plain-TF32 kernel does 315-330 TFLOP/s of useful work, 0.85-0.89 ms (1.00-1.03
+// ms when the producer loaded x into registers itself: the loads' latency held it), held now
+// by the L2 reads of the dy rows (each pair's blocks read them: builds without the dy copies
+// ran 0.66 ms, and the grid filling all SMs gained nothing); split TF32 (tensor-bound) 1.75-1.95.
 #pragma once
 
 #include "conv/split_tf32_wgmma_conv3d.cuh"
@@ -56,14 +59,14 @@ namespace gpu {
 struct WgmmaWgradParams {
   int N, D, H, W, C_in, C_out, kD, kH, kW, Do, Ho, Wo;
   int padding[3], dilation[3];
-  int w_chunks;          // ceil(W / 32): K blocks per row of x
-  int blocks;            // N * D * H * w_chunks
-  int blocks_per_split;  // K blocks per block of the grid
-  int splits;
-  const float* x;   // (N, C_in, D, H, W)
-  const float* dy;  // (N, Do, Ho, Wo, C_out)
-  float* partial;   // [splits][kD * kH * kW][C_out][C_in]
-  float* dw;        // (C_out, kD, kH, kW, C_in)
+  int w_chunks;         // ceil(W / 32): K blocks per row of x
+  int blocks;           // N * D * H * w_chunks: K blocks per (t, r) pair of taps
+  int units_per_block;  // (pair, K block) units per block of the grid, at most `blocks`
+  int grid_blocks;      // ceil(kD * kH * blocks / units_per_block)
+  const float* x;       // (N, C_in, D, H, W)
+  const float* dy;      // (N, Do, Ho, Wo, C_out)
+  float* partial;       // [grid_blocks + kD * kH][kW][C_out][C_in]: wgrad_partial_slot
+  float* dw;            // (C_out, kD, kH, kW, C_in)
 };
 
 constexpr int kWgradBM = 128;             // output channels per block (two m64 warpgroups)
@@ -96,6 +99,19 @@ static_assert(wgrad_k_order_is_a_permutation(), "wgrad_k_of_position inverts the
 __device__ __forceinline__ int wgrad_dy_offset(int row, int channel) {
   return row * kWgradRowFloats +
          ((((channel >> 2) ^ (((row >> 3) & 3) << 1)) << 2) | (channel & 3));
+}
+
+// The partial sums' slot of block `block` in pair `pair` (the slots of pair p are those of the
+// blocks wgrad_pair_blocks gives, offset by p: a block covers at most two pairs, the last of one
+// and the first of the next, which may share a block or not).
+__host__ __device__ inline int64_t wgrad_partial_slot(int block, int pair) {
+  return static_cast<int64_t>(block) + pair;
+}
+// The blocks that cover pair `pair`: [first, last].
+__host__ __device__ inline void wgrad_pair_blocks(const WgmmaWgradParams& p, int pair, int& first,
+                                                  int& last) {
+  first = static_cast<int>(static_cast<int64_t>(pair) * p.blocks / p.units_per_block);
+  last = static_cast<int>((static_cast<int64_t>(pair + 1) * p.blocks - 1) / p.units_per_block);
 }
 
 template <int Stages, bool Split>
@@ -141,13 +157,18 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   const uint32_t x_staging = smem_base + kStages * Tile::kStageBytes;
 
   const int tid = threadIdx.x;
-  const int split = blockIdx.x % p.splits;
-  const int pair = blockIdx.x / p.splits;  // (t, r): the taps along D and H
-  const int td = pair / p.kH, th = pair % p.kH;
   const int k0 = blockIdx.y * kWgradBM;
   const int c0 = blockIdx.z * kWgradBN;
-  const int b_begin = split * p.blocks_per_split;
-  const int k_blocks = max(0, min(p.blocks, b_begin + p.blocks_per_split) - b_begin);
+  // This block's units: [u_begin, u_begin + k_blocks) of pair * blocks + K block, pair = (t, r)
+  // the taps along D and H. It starts in pair0 and crosses into the next pair at most once
+  // (units_per_block <= blocks), after first_blocks K blocks.
+  const int64_t u_begin = static_cast<int64_t>(blockIdx.x) * p.units_per_block;
+  const int64_t units = static_cast<int64_t>(p.kD) * p.kH * p.blocks;
+  const int k_blocks = static_cast<int>(
+      (u_begin + p.units_per_block < units ? u_begin + p.units_per_block : units) - u_begin);
+  const int pair0 = static_cast<int>(u_begin / p.blocks);
+  const int b_begin = static_cast<int>(u_begin % p.blocks);
+  const int first_blocks = min(k_blocks, p.blocks - b_begin);
 
   if (tid == 0) {
     for (int slot = 0; slot < Tile::kXSlots; ++slot) {
@@ -167,7 +188,8 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     const int x_chunk = tid & 7, x_row0 = tid >> 3;
     const int rows = kWgradBK + (p.kW - 1) * p.dilation[2];
     const bool dy_chunk_valid = k0 + 4 * dy_chunk < p.C_out;
-    // The K block's row of x: (n, z, y) and the chunk of W, stepped along.
+    // The K block's pair of taps (td, th) and row of x (n, z, y) and chunk of W, stepped along.
+    int td = pair0 / p.kH, th = pair0 % p.kH;
     int n = 0, z = 0, y = 0, wc = 0;
     {
       int rest = b_begin;
@@ -178,6 +200,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
       z = rest % p.D;
       n = rest / p.D;
     }
+    // (Past the last K block of a pair, the first: n wraps; the caller steps the pair.)
     const auto advance = [&](int& n_, int& z_, int& y_, int& wc_) {
       if (++wc_ == p.w_chunks) {
         wc_ = 0;
@@ -185,10 +208,14 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
           y_ = 0;
           if (++z_ == p.D) {
             z_ = 0;
-            ++n_;
+            if (++n_ == p.N) {
+              n_ = 0;
+              return true;
+            }
           }
         }
       }
+      return false;
     };
     // Thread 0: block kb's x tile (64 channels x 32 positions, zeros outside x) into its
     // staging slot, completing on the slot's barrier; the position of the next block to copy.
@@ -269,7 +296,10 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
       // Block kb - kLag: its dy rows have landed (this thread's), its x tiles were stored
       // before (the consumers' proxy fence orders them before the tensor cores' reads).
       ring.producer_publish(kb);
-      advance(n, z, y, wc);
+      if (advance(n, z, y, wc) && ++th == p.kH) {
+        th = 0;
+        ++td;
+      }
     }
     ring.producer_finish(k_blocks);
     return;
@@ -291,6 +321,40 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
       cute::warpgroup_fence_operand(acc[u][i]);
     }
   }
+  // Epilogue of a pair of taps: this block's sums into its slot of the pair (the sums are
+  // complete: each K block ends with a wait). Accumulator i: channel row g + 8 * ((i / 2) % 2),
+  // column 8 * (i / 4) + 2 * t + i % 2.
+  const auto store_sums = [&](int pair) {
+#pragma unroll
+    for (int u = 0; u < kWgradMaxKW; ++u) {
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) {
+        cute::warpgroup_fence_operand(acc[u][i]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kWgradMaxKW; ++u) {
+      if (u < p.kW) {
+        float* const out =
+            p.partial + (wgrad_partial_slot(blockIdx.x, pair) * p.kW + (p.kW - 1 - u)) *
+                            static_cast<int64_t>(p.C_out) * p.C_in;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int k = k0 + frag_row0 + 8 * half;
+          if (k < p.C_out) {
+#pragma unroll
+            for (int j = 0; j < kWgradBN / 8; ++j) {
+              const int c = c0 + 8 * j + 2 * t;
+              if (c < p.C_in) {  // C_in is a multiple of 4: both columns or neither
+                *reinterpret_cast<float2*>(out + static_cast<int64_t>(k) * p.C_in + c) =
+                    make_float2(acc[u][4 * j + 2 * half], acc[u][4 * j + 2 * half + 1]);
+              }
+            }
+          }
+        }
+      }
+    }
+  };
   // The K blocks, with the taps along W and dilation_w constants: the fragments select
   // registers by shift, and the products of a K block run without branches (a branch between
   // them makes the compiler fence the next).
@@ -321,91 +385,105 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     // Plain TF32 loads block kb + 1's values while block kb's products run: the consumers'
     // batches are short, and waiting on the loads between them left the tensor cores idle.
     // (Split TF32's batches are three times as long; it has no registers to spare.)
-    float values[kSpan][2];
-    if (!kSplit && k_blocks > 0) {
-      wait_full(0);
-      load_values(0, values);
-    }
-    for (int kb = 0; kb < k_blocks; ++kb) {
-      if (kSplit) {
-        wait_full(kb);
-        load_values(kb, values);
+    // The K blocks of each pair this block covers: [0, first_blocks), then the rest.
+    for (int begin = 0, end = first_blocks; begin < k_blocks; begin = end, end = k_blocks) {
+      float values[kSpan][2];
+      if (!kSplit) {
+        wait_full(begin);
+        load_values(begin, values);
       }
-      const uint32_t b_hi = smem_base + (kb % kStages) * Tile::kStageBytes + Tile::kABytes;
-      const uint64_t desc_hi = k_major_sw128_desc(b_hi);
-      const uint64_t desc_lo = k_major_sw128_desc(b_hi + Tile::kBBytes);
-      // The values rounded to TF32 (and, split, their low parts).
-      uint32_t hi[kSpan][2], lo[kSpan][2];  // (lo unused by plain TF32)
-#pragma unroll
-      for (int j = 0; j < kSpan; ++j) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          split_tf32_rounded(values[j][half], hi[j][half], lo[j][half]);
+      for (int kb = begin; kb < end; ++kb) {
+        if (kSplit) {
+          wait_full(kb);
+          load_values(kb, values);
         }
-      }
-      // The m64 x k8 fragments of shift u: step kk's (channel g, column t), (g + 8, t),
-      // (g, t + 4), (g + 8, t + 4) are positions 8t + 2kk + u * dw and the one after. Copied
-      // into registers of their own before the products (wgmma takes its A operand from an
-      // aligned register quad, which the shifted selections are not: copies between the
-      // products would make the compiler insert a fence before each).
-      const auto fragments = [&](const uint32_t (&v)[kSpan][2], int u,
-                                 uint32_t (&f)[kWgradBK / 8][4]) {
+        const uint32_t b_hi = smem_base + (kb % kStages) * Tile::kStageBytes + Tile::kABytes;
+        const uint64_t desc_hi = k_major_sw128_desc(b_hi);
+        const uint64_t desc_lo = k_major_sw128_desc(b_hi + Tile::kBBytes);
+        // The values rounded to TF32 (and, split, their low parts).
+        uint32_t hi[kSpan][2], lo[kSpan][2];  // (lo unused by plain TF32)
 #pragma unroll
-        for (int kk = 0; kk < kWgradBK / 8; ++kk) {
-          const int j = 2 * kk + u * kDw;
-          f[kk][0] = v[j][0], f[kk][1] = v[j][1], f[kk][2] = v[j + 1][0], f[kk][3] = v[j + 1][1];
-        }
-      };
-      if constexpr (!kSplit) {
-        // All taps' products into the accumulators directly (TF32's rounding of the operands,
-        // ~2^-11 relative, dwarfs the accumulation's bias), one wait per K block.
-        uint32_t frag[kTapsW][kWgradBK / 8][4];
+        for (int j = 0; j < kSpan; ++j) {
 #pragma unroll
-        for (int u = 0; u < kTapsW; ++u) {
-          fragments(hi, u, frag[u]);
-        }
-        cute::warpgroup_arrive();
-#pragma unroll
-        for (int u = 0; u < kTapsW; ++u) {
-#pragma unroll
-          for (int kk = 0; kk < kWgradBK / 8; ++kk) {
-            wgmma_rs<kWgradBN>(acc[u], frag[u][kk], desc_hi + static_cast<uint64_t>(kk * 2),
-                               cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
+          for (int half = 0; half < 2; ++half) {
+            split_tf32_rounded(values[j][half], hi[j][half], lo[j][half]);
           }
         }
-        cute::warpgroup_commit_batch();
-        if (kb + 1 < k_blocks) {
-          wait_full(kb + 1);
-          load_values(kb + 1, values);
-        }
-        cute::warpgroup_wait<0>();
-      } else {
-        // Per tap, the block's three products summed from zero, then added in float32.
-        float partial[kAcc];
+        // The m64 x k8 fragments of shift u: step kk's (channel g, column t), (g + 8, t),
+        // (g, t + 4), (g + 8, t + 4) are positions 8t + 2kk + u * dw and the one after. Copied
+        // into registers of their own before the products (wgmma takes its A operand from an
+        // aligned register quad, which the shifted selections are not: copies between the
+        // products would make the compiler insert a fence before each).
+        const auto fragments = [&](const uint32_t (&v)[kSpan][2], int u,
+                                   uint32_t (&f)[kWgradBK / 8][4]) {
 #pragma unroll
-        for (int u = 0; u < kTapsW; ++u) {
-          uint32_t frag_hi[kWgradBK / 8][4], frag_lo[kWgradBK / 8][4];
-          fragments(hi, u, frag_hi);
-          fragments(lo, u, frag_lo);
+          for (int kk = 0; kk < kWgradBK / 8; ++kk) {
+            const int j = 2 * kk + u * kDw;
+            f[kk][0] = v[j][0], f[kk][1] = v[j][1], f[kk][2] = v[j + 1][0], f[kk][3] = v[j + 1][1];
+          }
+        };
+        if constexpr (!kSplit) {
+          // All taps' products into the accumulators directly (TF32's rounding of the operands,
+          // ~2^-11 relative, dwarfs the accumulation's bias), one wait per K block.
+          uint32_t frag[kTapsW][kWgradBK / 8][4];
+#pragma unroll
+          for (int u = 0; u < kTapsW; ++u) {
+            fragments(hi, u, frag[u]);
+          }
           cute::warpgroup_arrive();
 #pragma unroll
-          for (int kk = 0; kk < kWgradBK / 8; ++kk) {
-            const uint64_t k_step = static_cast<uint64_t>(kk * 2);
-            const auto first =
-                kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One;
-            wgmma_rs<kWgradBN>(partial, frag_lo[kk], desc_hi + k_step, first,
-                               std::make_index_sequence<kAcc>{});
-            wgmma_rs<kWgradBN>(partial, frag_hi[kk], desc_lo + k_step,
-                               cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
-            wgmma_rs<kWgradBN>(partial, frag_hi[kk], desc_hi + k_step,
-                               cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
+          for (int u = 0; u < kTapsW; ++u) {
+#pragma unroll
+            for (int kk = 0; kk < kWgradBK / 8; ++kk) {
+              wgmma_rs<kWgradBN>(acc[u], frag[u][kk], desc_hi + static_cast<uint64_t>(kk * 2),
+                                 cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
+            }
           }
           cute::warpgroup_commit_batch();
+          if (kb + 1 < end) {
+            wait_full(kb + 1);
+            load_values(kb + 1, values);
+          }
           cute::warpgroup_wait<0>();
-          add_block_sum(acc[u], partial);
+        } else {
+          // Per tap, the block's three products summed from zero, then added in float32.
+          float partial[kAcc];
+#pragma unroll
+          for (int u = 0; u < kTapsW; ++u) {
+            uint32_t frag_hi[kWgradBK / 8][4], frag_lo[kWgradBK / 8][4];
+            fragments(hi, u, frag_hi);
+            fragments(lo, u, frag_lo);
+            cute::warpgroup_arrive();
+#pragma unroll
+            for (int kk = 0; kk < kWgradBK / 8; ++kk) {
+              const uint64_t k_step = static_cast<uint64_t>(kk * 2);
+              const auto first =
+                  kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One;
+              wgmma_rs<kWgradBN>(partial, frag_lo[kk], desc_hi + k_step, first,
+                                 std::make_index_sequence<kAcc>{});
+              wgmma_rs<kWgradBN>(partial, frag_hi[kk], desc_lo + k_step,
+                                 cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
+              wgmma_rs<kWgradBN>(partial, frag_hi[kk], desc_hi + k_step,
+                                 cute::SM90::GMMA::ScaleOut::One, std::make_index_sequence<kAcc>{});
+            }
+            cute::warpgroup_commit_batch();
+            cute::warpgroup_wait<0>();
+            add_block_sum(acc[u], partial);
+          }
+        }
+        ring.consumer_release(kb);
+      }
+      if (end < k_blocks) {  // into the next pair
+        store_sums(pair0);
+#pragma unroll
+        for (int u = 0; u < kWgradMaxKW; ++u) {
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) {
+            acc[u][i] = 0.f;
+            cute::warpgroup_fence_operand(acc[u][i]);
+          }
         }
       }
-      ring.consumer_release(kb);
     }
   };
   // wgmma_wgrad_supported: kW <= 3 and 32 + (kW - 1) * dw <= 36.
@@ -431,50 +509,19 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   } else {
     consume(Two{}, Four{});
   }
-#pragma unroll
-  for (int u = 0; u < kWgradMaxKW; ++u) {
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-      cute::warpgroup_fence_operand(acc[u][i]);
-    }
-  }
-
-  // Epilogue: this slice's sums, [tap][k][c]. Accumulator i: channel row g + 8 * ((i / 2) % 2),
-  // column 8 * (i / 4) + 2 * t + i % 2.
-  const int taps = p.kD * p.kH * p.kW;
-#pragma unroll
-  for (int u = 0; u < kWgradMaxKW; ++u) {
-    if (u < p.kW) {
-      const int tap = (td * p.kH + th) * p.kW + (p.kW - 1 - u);
-      float* const out = p.partial + (static_cast<int64_t>(split) * taps + tap) * p.C_out * p.C_in;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int k = k0 + frag_row0 + 8 * half;
-        if (k < p.C_out) {
-#pragma unroll
-          for (int j = 0; j < kWgradBN / 8; ++j) {
-            const int c = c0 + 8 * j + 2 * t;
-            if (c < p.C_in) {  // C_in is a multiple of 4: both columns or neither
-              *reinterpret_cast<float2*>(out + static_cast<int64_t>(k) * p.C_in + c) =
-                  make_float2(acc[u][4 * j + 2 * half], acc[u][4 * j + 2 * half + 1]);
-            }
-          }
-        }
-      }
-    }
-  }
+  store_sums(pair0 + (first_blocks < k_blocks ? 1 : 0));
 #else
   __trap();  // built without sm_90a code: the host never launches it (wgmma_conv_available)
 #endif
 }
 
-// dw[k][tap][c] = the slices' partial sums in slice order.
+// dw[k][tap][c] = the sums of the blocks that covered the tap's pair, in block order.
 __global__ void wgmma_wgrad_reduce_kernel(const WgmmaWgradParams p);
 
 // Host side (split_tf32_wgmma_conv3d_cuda.cu). Whether the kernel takes this shape on the
 // current device (stride 1, kW <= 3 with 32 + (kW - 1) * dilation_w <= 36, W a multiple of 4,
 // the split-TF32 family's channel and size limits, and wgmma_conv_available()); its workspace
-// (the slices' partial sums); the launch (the kernel, then the reduction).
+// (the blocks' partial sums); the launch (the kernel, then the reduction).
 // `split`: the split-TF32 kernel, else the plain TF32 one.
 bool wgmma_wgrad_supported(const conv::Conv3dShape& s);
 size_t wgmma_wgrad_workspace_bytes(const conv::Conv3dShape& s);
