@@ -482,9 +482,6 @@ struct StageRing {
       mbarrier_arrive(smem_u32(&full[(kb - kLag) % kStages]));
     }
   }
-  // Producer thread whose part of block kb needs no lag (its stores are ordinary ones, or
-  // complete): publishes block kb.
-  __device__ void producer_arrive(int kb) const { mbarrier_arrive(smem_u32(&full[kb % kStages])); }
   // Producer, after its last block: publishes the blocks still unpublished.
   __device__ void producer_finish(int k_blocks) const {
     cp_async_wait<0>();

@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
   __shared__ uint64_t x_full[Tile::kXSlots];  // x's staging slots: the copy has landed
   // The consumers fence the x tiles for the tensor cores (the producer's stores are ordinary
-  // ones): a proxy fence waits for the thread's loads in flight, and in the producer those are
-  // the x values of the blocks ahead.
+  // ones): a proxy fence waits for the thread's memory operations in flight, and in the
+  // producer it waited every K block (when x came through its registers, for those loads).
   const StageRing<kStages, false> ring{full_bar, empty_bar};
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_base - smem_u32(smem_raw));
