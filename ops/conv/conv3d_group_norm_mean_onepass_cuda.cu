@@ -51,6 +51,7 @@
 //    means and out[n].
 //
 // Every sum has a fixed order that depends on the shape only: results are deterministic.
+#include "common/cuda/async_proxy.cuh"
 #include "common/cuda/cuda_kernel.cuh"
 #include "common/cuda/device_info.cuh"
 #include "common/cuda/launch_utils.cuh"
@@ -710,7 +711,7 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
       }
       // The tensor cores read them through the async proxy (after the caller's barrier).
 #if defined(FUSED_OPS_ONEPASS_WGMMA)
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      fence_proxy_async_shared();
 #endif
     } else {
       for (int i = threadIdx.x; i < k_steps * NT * kWarpSize; i += kThreads) {

@@ -101,6 +101,7 @@
 // moments only where a sample has at least 128 rows: wgmma_conv_relu_moments_supported).
 #pragma once
 
+#include "common/cuda/async_proxy.cuh"
 #include "common/cuda/device_info.cuh"
 #include "common/cuda/per_device.cuh"
 #include "conv/conv_kernels.h"
@@ -287,13 +288,6 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Orders this thread's ordinary (generic-proxy) accesses to shared memory before its later
-// async-proxy ones (the tensor cores' operand reads, bulk copies). (In SASS a MEMBAR.ALL.CTA
-// first: it waits for the thread's loads in flight.)
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // mbarriers (shared memory, 8 bytes each).
