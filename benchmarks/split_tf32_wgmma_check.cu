@@ -436,7 +436,7 @@ int main(int argc, char** argv) {
     {"wgrad 3x3x3, dilation 2",                   1, 8, 6, 6, 12, 16,    {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, {2, 2, 2}, false},
     {"wgrad 1x1x2, dilation 3",                   2, 8, 3, 4, 8, 8,      {1, 1, 2}, {0, 0, 1}, {1, 1, 1}, {1, 1, 3}, false},
     {"wgrad 2x2x2, dilation (1, 3, 4)",           1, 12, 5, 7, 16, 20,   {2, 2, 2}, {0, 1, 2}, {1, 1, 1}, {1, 3, 4}, false},
-    // 35 K blocks per pair of taps, 3 per block of the grid: blocks that end one pair and start the next.
+    // 35 K blocks per pair of taps, 3 per block on 132 SMs: blocks that end one pair and start the next.
     {"wgrad 3x3x3 on 5x7x8 (blocks across pairs)", 1, 8, 5, 7, 8, 16,     {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false},
     problems[7],
   };
