@@ -2,7 +2,9 @@
 # On a GPU machine: build, then run what the CPU-only CI cannot. Steps (default: all):
 #   build      configure + build into build-gpu (TORCH_CUDA_ARCH_LIST defaults to 9.0a)
 #   tests      CTest (Catch2, CUDA sections included) and pytest (CUDA tests included)
-#   sanitizer  compute-sanitizer memcheck and racecheck on the Catch2 CUDA test cases
+#   sanitizer  compute-sanitizer memcheck and racecheck on the Catch2 CUDA test cases; on
+#              Hopper also memcheck, racecheck and synccheck on the wgmma kernels' small problems
+#              (benchmarks/split_tf32_wgmma_check.cu)
 #   bench      benchmarks/bench.py (eager vs torch.compile vs fused-ops, with the ceilings)
 #   fuzz       python_tests/test_fuzz.py with the long hypothesis profile (400 examples per
 #              test, CPU and CUDA; CI runs the fixed 20-example one)
@@ -75,6 +77,26 @@ for step in "${steps[@]}"; do
           >> "$out/sanitizer.log" 2>&1 || failed+=("$tool")
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test cases|assertions" "$out/sanitizer.log" | tail -n 3
       done
+      # Our wgmma kernels on Hopper, on the check program's small problems: the weight gradient
+      # (split and plain TF32: the plain one runs in no Catch2 case racecheck can take, as the
+      # TF32 step's other convolutions are cuDNN's) and the forward with the GroupNorm's
+      # statistics. Needs CUTLASS's headers, as the build.
+      if [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)" = "9.0" ]; then
+        check="$build_dir/split_tf32_wgmma_check"
+        if tools/split_tf32_wgmma_check.sh --build-only "$check" >> "$out/sanitizer.log" 2>&1; then
+          for tool in memcheck racecheck synccheck; do
+            for problems in --wgrad-small --moments-small; do
+              note "compute-sanitizer --tool $tool split_tf32_wgmma_check $problems"
+              compute-sanitizer --tool "$tool" --error-exitcode 99 "$check" "$problems" \
+                >> "$out/sanitizer.log" 2>&1 || failed+=("$tool $problems")
+              grep -E "ERROR SUMMARY|RACECHECK SUMMARY|all passed|FAILED" "$out/sanitizer.log" |
+                tail -n 2
+            done
+          done
+        else
+          failed+=("split_tf32_wgmma_check build")
+        fi
+      fi
       ;;
     fuzz)
       note "fuzz (long profile)"
