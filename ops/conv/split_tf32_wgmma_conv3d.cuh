@@ -1062,6 +1062,19 @@ inline bool x_im2col_map_supported(const WgmmaConvParams& p) {
   return p.C_in % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
 }
 
+// The driver function `name` (as of CUDA 12.0), reached through the runtime (the library does
+// not link the driver); null where the driver lacks it.
+inline void* driver_function(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    return nullptr;
+  }
+  return fn;
+}
+
 // x's (NDHWC) tensor map for the im2col copies of the kernel's activation tiles: per copy
 // `pixels` (the tile's kBM) output positions by 32 channels, 128-byte swizzled as the wgmma
 // descriptors read them, zeros outside x. By the driver's cuTensorMapEncodeIm2col, reached through
@@ -1071,16 +1084,7 @@ inline cudaError_t make_x_im2col_map(const WgmmaConvParams& p, int pixels, CUten
                               const cuuint64_t*, const cuuint64_t*, const int*, const int*,
                               cuuint32_t, cuuint32_t, const cuuint32_t*, CUtensorMapInterleave,
                               CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      fn = nullptr;
-    }
-    return reinterpret_cast<Encode>(fn);
-  }();
+  static const Encode encode = reinterpret_cast<Encode>(driver_function("cuTensorMapEncodeIm2col"));
   if (encode == nullptr || !x_im2col_map_supported(p)) {
     return cudaErrorNotSupported;
   }

@@ -441,23 +441,14 @@ WgmmaWgradParams wgrad_params(const conv::Conv3dShape& s) {
   return p;
 }
 
-// The driver's cuTensorMapEncodeTiled, reached through the runtime (the library does not link
-// the driver); null where the driver lacks it.
+// The driver's cuTensorMapEncodeTiled (driver_function); null where the driver lacks it.
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
                                  const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
                                  const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 EncodeTiled encode_tiled() {
-  static const EncodeTiled encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      fn = nullptr;
-    }
-    return reinterpret_cast<EncodeTiled>(fn);
-  }();
+  static const EncodeTiled encode =
+      reinterpret_cast<EncodeTiled>(driver_function("cuTensorMapEncodeTiled"));
   return encode;
 }
 

@@ -313,14 +313,17 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   const int frag_row0 = wg * 64 + (warp & 3) * 16 + g;  // A rows: output channels
   // acc[u]: the tap along W whose dy rows are shifted by u * dw (tap kW - 1 - u).
   float acc[kWgradMaxKW][kAcc];
+  const auto zero_sums = [&] {
 #pragma unroll
-  for (int u = 0; u < kWgradMaxKW; ++u) {
+    for (int u = 0; u < kWgradMaxKW; ++u) {
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-      acc[u][i] = 0.f;
-      cute::warpgroup_fence_operand(acc[u][i]);
+      for (int i = 0; i < kAcc; ++i) {
+        acc[u][i] = 0.f;
+        cute::warpgroup_fence_operand(acc[u][i]);
+      }
     }
-  }
+  };
+  zero_sums();
   // Epilogue of a pair of taps: this block's sums into its slot of the pair (the sums are
   // complete: each K block ends with a wait). Accumulator i: channel row g + 8 * ((i / 2) % 2),
   // column 8 * (i / 4) + 2 * t + i % 2.
@@ -475,14 +478,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
       }
       if (end < k_blocks) {  // into the next pair
         store_sums(pair0);
-#pragma unroll
-        for (int u = 0; u < kWgradMaxKW; ++u) {
-#pragma unroll
-          for (int i = 0; i < kAcc; ++i) {
-            acc[u][i] = 0.f;
-            cute::warpgroup_fence_operand(acc[u][i]);
-          }
-        }
+        zero_sums();
       }
     }
   };
