@@ -10,6 +10,9 @@
 //   tools/split_tf32_wgmma_check.sh "" --wgrad        # the weight gradient's problems only
 //   tools/split_tf32_wgmma_check.sh "" --wgrad-small  # ... without the (timed) headline
 //   tools/split_tf32_wgmma_check.sh "" --moments-small  # the small problems' "+moments" rows only
+//   tools/split_tf32_wgmma_check.sh "" --ncdhw        # the NCDHW outputs' rows only
+//   (y_channels_first) tools/split_tf32_wgmma_check.sh "" --ncdhw-small  # ... without the (timed)
+//   headline
 //
 // Problems: the headline ConvTranspose3d(64 -> 128, k3) on (16, 64, 32^3) as the forward
 // convolution the library runs (padding 2) and its input gradient (128 -> 64 channels on
@@ -26,7 +29,10 @@
 // (and their finalize), and in the error columns the worst relative errors of the per-(n, c)
 // mean (relative to |mean| + std) and M2 of relu(y) against those of the run's own output y
 // in float64 (what the GroupNorm's own statistics pass computes; y's error against float64 is
-// the row above); fails above 1e-5 or if a second run differs bitwise.
+// the row above); fails above 1e-5 or if a second run differs bitwise. "ncdhw" rows: the
+// library's launch writing y NCDHW (y_channels_first), split and plain TF32 ("tf32 ncdhw",
+// beside the NDHWC "tf32" row), where the kernel takes it; fails unless it is bitwise the NDHWC
+// output transposed.
 #include "conv/split_tf32_conv3d.cuh"
 #include "conv/split_tf32_wgmma_conv3d.cuh"
 #include "conv/split_tf32_wgmma_wgrad.cuh"
@@ -190,6 +196,63 @@ void report(const Problem& q, const char* kernel, double flops, const Errors& e,
   } else {
     std::printf("%-42s %-10s %9s %9s %10.2e %10.2e\n", q.name, kernel, "", "", e.rel_l2, e.rel_max);
   }
+}
+
+// The library's launch of `cp` (d.p's problem; split or plain TF32 products) writing y NCDHW
+// (y_channels_first: the epilogue transposes as it stores) against its NDHWC output: the same
+// products in the same order, so bitwise the same values once transposed back. Reports the
+// NCDHW launch's row as `kernel` (errors against float64; its time where q.timed), and the
+// NDHWC launch's as `ndhwc_kernel` where given. Returns 0 if they match.
+int check_channels_first(const Problem& q, const Prepared& d, conv::Conv3dChannelsLastParams cp,
+                         const char* kernel, const char* ndhwc_kernel, double flops) {
+  const conv::Conv3dShape& s = d.s;
+  const auto launch_ndhwc = [&] { return gpu::wgmma_conv_launch(cp, d.workspace, nullptr); };
+  const std::vector<float> ndhwc = d.run(launch_ndhwc);
+  if (ndhwc_kernel != nullptr) {
+    report(q, ndhwc_kernel, flops, errors(ndhwc, d.ref), launch_ndhwc);
+  }
+  conv::Conv3dChannelsLastParams channels_first = cp;
+  channels_first.y_channels_first = true;
+  const auto launch = [&] { return gpu::wgmma_conv_launch(channels_first, d.workspace, nullptr); };
+  const std::vector<float> ncdhw = d.run(launch);
+  const int64_t spatial = s.Do * s.Ho * s.Wo;
+  std::vector<float> back(d.ny);
+  for (int64_t n = 0; n < s.N; ++n) {
+    for (int64_t c = 0; c < s.C_out; ++c) {
+      for (int64_t i = 0; i < spatial; ++i) {
+        back[(n * spatial + i) * s.C_out + c] = ncdhw[(n * s.C_out + c) * spatial + i];
+      }
+    }
+  }
+  report(q, kernel, flops, errors(back, d.ref), launch);
+  if (std::memcmp(back.data(), ndhwc.data(), d.ny * 4) != 0) {
+    std::printf("%-42s %s FAIL (differs from the NDHWC output)\n", q.name, kernel);
+    return 2;
+  }
+  return 0;
+}
+
+// Every problem's NCDHW outputs (check_channels_first) where the kernel writes them: split TF32,
+// and plain TF32 where the kernel takes it (x as given: the tensor cores drop its low bits).
+// For compute-sanitizer without the `timed` ones.
+int check_channels_first_problems(const std::vector<Problem>& problems, std::mt19937& rng,
+                                  bool small_only) {
+  int status = 0;
+  for (const Problem& q : problems) {
+    if (small_only && q.timed) continue;
+    const Prepared d(q, rng);
+    const conv::Conv3dShape& s = d.s;
+    const double flops = 2.0 * double(s.N * s.Do * s.Ho * s.Wo) * double(s.C_out) *
+                         double(s.C_in * s.kD * s.kH * s.kW);
+    if (!gpu::wgmma_conv_channels_first_supported(s)) continue;
+    status |= check_channels_first(q, d, d.p, "ncdhw", "wgmma", flops);
+    if (gpu::wgmma_conv_tf32_supported(s)) {
+      conv::Conv3dChannelsLastParams tp = d.p;
+      tp.tf32_products = true;
+      status |= check_channels_first(q, d, tp, "tf32 ncdhw", "tf32", flops);
+    }
+  }
+  return status;
 }
 
 // The small shapes run `reps` times each by the library's launch, every run compared bitwise
@@ -423,6 +486,8 @@ int main(int argc, char** argv) {
     {"C_out 256, 1x1x1",                          2, 32, 6, 7, 8, 256,   {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, false},
     // 167 row tiles x 2 channel tiles (128 + 72): more tiles than SMs, a partial last one.
     {"C_in 8, C_out 200 on 22^3, N 2",            2, 8, 22, 22, 22, 200, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false},
+    // 4 positions a sample: a box of 32 rows of the NCDHW stores spans 8 samples.
+    {"N 7 of 4 positions (1x2x2), C_out 12",      7, 8, 1, 2, 2, 12,     {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, false},
   };
   // The weight gradient's (stride 1, W a multiple of 4), besides the headline forward's.
   const std::vector<Problem> wgrad_problems = {
@@ -465,6 +530,15 @@ int main(int argc, char** argv) {
         status = 2;
       }
     }
+    std::printf(status == 0 ? "all passed\n" : "FAILED\n");
+    return status;
+  }
+  if (argc > 1 &&
+      (std::strcmp(argv[1], "--ncdhw") == 0 || std::strcmp(argv[1], "--ncdhw-small") == 0)) {
+    std::setvbuf(stdout, nullptr, _IONBF, 0);
+    std::mt19937 rng(0);
+    const int status =
+        check_channels_first_problems(problems, rng, std::strcmp(argv[1], "--ncdhw-small") == 0);
     std::printf(status == 0 ? "all passed\n" : "FAILED\n");
     return status;
   }
@@ -525,6 +599,10 @@ int main(int argc, char** argv) {
       }
     };
     check("wgmma", [&] { return d.wgmma(); });
+    if (gpu::wgmma_conv_channels_first_supported(s) &&
+        check_channels_first(q, d, d.p, "ncdhw", nullptr, flops) != 0) {
+      status = 2;
+    }
     if (gpu::wgmma_conv_relu_moments_supported(s) && check_relu_moments(q, d, flops, d.p) != 0) {
       status = 2;
     }
@@ -697,7 +775,9 @@ int main(int argc, char** argv) {
     // of 2), with the moments (parts of 64 rows).
     tp.tf32_products = true;
     if (gpu::wgmma_conv_tf32_supported(s) &&
-        check_relu_moments(q, d, flops, tp, "tf32+moments") != 0) {
+        (check_relu_moments(q, d, flops, tp, "tf32+moments") != 0 ||
+         (gpu::wgmma_conv_channels_first_supported(s) &&
+          check_channels_first(q, d, tp, "tf32 ncdhw", "tf32", flops) != 0))) {
       status = 2;
     }
     CHECK_CUDA(cudaFree(const_cast<float*>(tp.x)));

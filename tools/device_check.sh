@@ -79,13 +79,13 @@ for step in "${steps[@]}"; do
       done
       # Our wgmma kernels on Hopper, on the check program's small problems: the weight gradient
       # (split and plain TF32: the plain one runs in no Catch2 case racecheck can take, as the
-      # TF32 step's other convolutions are cuDNN's) and the forward with the GroupNorm's
-      # statistics. Needs CUTLASS's headers, as the build.
+      # TF32 step's other convolutions are cuDNN's), the forward with the GroupNorm's
+      # statistics, and the forward writing NCDHW. Needs CUTLASS's headers, as the build.
       if [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)" = "9.0" ]; then
         check="$build_dir/split_tf32_wgmma_check"
         if tools/split_tf32_wgmma_check.sh --build-only "$check" >> "$out/sanitizer.log" 2>&1; then
           for tool in memcheck racecheck synccheck; do
-            for problems in --wgrad-small --moments-small; do
+            for problems in --wgrad-small --moments-small --ncdhw-small; do
               note "compute-sanitizer --tool $tool split_tf32_wgmma_check $problems"
               compute-sanitizer --tool "$tool" --error-exitcode 99 "$check" "$problems" \
                 >> "$out/sanitizer.log" 2>&1 || failed+=("$tool $problems")

@@ -470,9 +470,16 @@ struct Conv3dChannelsLastParams {
   // without reading y back.
   norm::Moments* relu_channel_moments;
   // Plain TF32 products (one tensor-core product per float32 product, as cuDNN's with
-  // PyTorch's allow_tf32; x must hold TF32-rounded values) instead of split-TF32 ones: set by
-  // tf32_relu_group_norm_forward's launch (and the wgmma check program), never taken by forward.
+  // PyTorch's allow_tf32) instead of split-TF32 ones: forward takes them where
+  // forward_tf32_supported (tf32_relu_group_norm_forward's launch sets them too). The
+  // weights are rounded to TF32 (to nearest); x is read by the tensor cores as it lies, which
+  // drops its low 13 bits (toward zero) unless it holds TF32 values: the callers round it (x's
+  // transpose in the pipelined forward; the GroupNorm backward for the input gradient's dy).
   bool tf32_products = false;
+  // y NCDHW (N, C_out, Do, Ho, Wo) instead of NDHWC: forward takes it where
+  // forward_channels_first_supported (the wgmma kernel stages its tiles transposed and stores
+  // them by tensor-map copies), without relu_channel_moments.
+  bool y_channels_first = false;
 };
 
 // ConvTranspose3d -> ReLU -> GroupNorm's inference forward with TF32 products, pipelined
@@ -534,11 +541,16 @@ struct SplitTf32Conv3dCudaKernel {
   // Whether forward fills relu_channel_moments for this shape on the current device (the
   // wgmma kernel, Do * Ho * Wo >= 128).
   bool (*forward_relu_moments_supported)(const Conv3dShape&);
+  // Whether forward writes y NCDHW (y_channels_first) for this shape on the current device (the
+  // wgmma kernel, Do * Ho * Wo a multiple of 4; y 16-byte aligned).
+  bool (*forward_channels_first_supported)(const Conv3dShape&);
+  // Whether forward takes tf32_products for this shape on the current device (the wgmma
+  // kernel with the tensor memory accelerator's im2col copies: sm_90; Do * Ho * Wo >= 128;
+  // padding and dilated taps within the im2col mode's limits), y in either layout.
+  bool (*forward_tf32_supported)(const Conv3dShape&);
   // Whether tf32_relu_group_norm_forward is to run this shape (the forward rewrite's) on the
   // current device: opted into (the environment variable FUSED_OPS_TF32_WGMMA "1", read per
-  // call: tests switch it), the wgmma kernel with the tensor memory accelerator's im2col copies
-  // takes it (sm_90; Do * Ho * Wo >= 128; padding and dilated taps within the im2col mode's
-  // limits).
+  // call: tests switch it) and forward_tf32_supported.
   bool (*tf32_forward_chosen)(const Conv3dShape&);
   CudaKernel<Tf32ConvReluGroupNormParams> tf32_relu_group_norm_forward;
   CudaKernel<Conv3dWeightGradChannelsLastParams> weight_grad;

@@ -26,14 +26,16 @@
 // and padding <= (k - 1) * dilation (the forward padding must not be negative). It computes
 // the same function; only the rounding differs. With float32, its backward runs in NDHWC too
 // (transposed_as_forward_backward: cuDNN's NDHWC gradient kernels are faster than its NCDHW
-// ones, whose inputs it transposes itself, once per gradient); on sm_90 its weight gradient runs
-// our wgmma kernel with TF32 products instead, reading x NCDHW.
+// ones, whose inputs it transposes itself, once per gradient); on sm_90 both gradients run our
+// wgmma kernels with TF32 products instead (the weight gradient reading x NCDHW, the input
+// gradient written NCDHW by its epilogue).
 //
 // With TF32 off (float32 products wanted), the rewrite runs on our own split-TF32 tensor-core
 // kernels (split_tf32_conv3d.cuh: float32-grade products at several times cuDNN's float32
 // speed) where they apply: one conv group, C_in and C_out multiples of 4, a build with CUTLASS,
 // a GPU of compute capability 8.0+. Its backward too: the input gradient as a forward
-// convolution of the output gradient, the weight gradient as the rewrite's. They compute NDHWC;
+// convolution of the output gradient, the weight gradient as the rewrite's. They compute NDHWC
+// (the wgmma kernel writes an NCDHW input's gradient NCDHW itself: no transpose after);
 // results are returned in the layouts of the tensors they belong to, like every path's, except
 // the conv output of an operator's inference forward, which only its GroupNorm reads: there
 // both float32 rewrites leave it NDHWC (run_conv3d's ConvOutputLayout::kAsComputed), which the
@@ -325,6 +327,35 @@ void run_weight_grad_ncdhw_input(const char* op, const at::Tensor& dy, const at:
                       forward_grad.mutable_data_ptr<float>(), split_tf32},
                   split_tf32_conv3d_cuda.weight_grad_ncdhw_input);
 }
+
+// The input gradient of a transposed convolution whose forward rewrite is `forward`: a forward
+// convolution of dy (NDHWC) with the transposed convolution's own weight and padding
+// (split_tf32_input_grad_shape), on our kernels (split-TF32 or plain TF32 products), in the
+// layout of `input`: an NCDHW one written so by the wgmma kernel's epilogue where it runs (no
+// transpose pass after: 0.10 ms at the headline on an H100), else computed NDHWC and changed.
+at::Tensor input_grad_on_split_tf32_kernels(const char* op, const at::Tensor& dy,
+                                            const at::Tensor& input, const at::Tensor& weight,
+                                            const Conv3dShape& forward, const Conv3dParams& p,
+                                            bool tf32_products) {
+  constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast3d;
+  Conv3dChannelsLastParams params{};
+  params.conv = split_tf32_input_grad_shape(forward, p);
+  params.tf32_products = tf32_products;
+  params.y_channels_first = input.suggest_memory_format() == at::MemoryFormat::Contiguous &&
+                            split_tf32_conv3d_cuda.forward_channels_first_supported(params.conv);
+  // (C_in, C_out, k...) -> (C_in, k..., C_out): KTRSC with the input gradient's "K" = C_in.
+  const at::Tensor w = weight.permute({0, 2, 3, 4, 1}).contiguous();
+  const at::Tensor zero_bias = at::zeros({forward.C_in}, input.options());
+  at::Tensor dx = at::empty(
+      input.sizes(), input.options().memory_format(
+                         params.y_channels_first ? at::MemoryFormat::Contiguous : kChannelsLast));
+  params.x = dy.const_data_ptr<float>();
+  params.weight = w.const_data_ptr<float>();
+  params.bias = zero_bias.const_data_ptr<float>();
+  params.y = dx.mutable_data_ptr<float>();
+  run_cuda_kernel(op, input, params, split_tf32_conv3d_cuda.forward);
+  return params.y_channels_first ? dx : float_cuda_in_format(dx, input.suggest_memory_format());
+}
 #endif
 
 // conv3d_backward of a transposed convolution that ran as transposed_as_forward_split_tf32: the
@@ -341,18 +372,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_split_tf32_backward(
   const at::Tensor dy = aligned_16(float_cuda_in_format(grad_y, kChannelsLast));
   at::Tensor grad_input, grad_weight, grad_bias;
   if (output_mask[0]) {
-    Conv3dChannelsLastParams params{};
-    params.conv = split_tf32_input_grad_shape(forward, p);
-    // (C_in, C_out, k...) -> (C_in, k..., C_out): KTRSC with the input gradient's "K" = C_in.
-    const at::Tensor w = weight.permute({0, 2, 3, 4, 1}).contiguous();
-    const at::Tensor zero_bias = at::zeros({forward.C_in}, input.options());
-    at::Tensor dx = at::empty(input.sizes(), input.options().memory_format(kChannelsLast));
-    params.x = dy.const_data_ptr<float>();
-    params.weight = w.const_data_ptr<float>();
-    params.bias = zero_bias.const_data_ptr<float>();
-    params.y = dx.mutable_data_ptr<float>();
-    run_cuda_kernel(kOp, input, params, split_tf32_conv3d_cuda.forward);
-    grad_input = float_cuda_in_format(dx, input.suggest_memory_format());
+    grad_input = input_grad_on_split_tf32_kernels(kOp, dy, input, weight, forward, p,
+                                                  /*tf32_products=*/false);
   }
   if (output_mask[1]) {
     // The forward rewrite's weight gradient, KTRSC: (C_out, k..., C_in). On Hopper's wgmma
@@ -387,57 +408,72 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_split_tf32_backward(
 // allowed), in NDHWC: the input gradient as a forward convolution of dy with the transposed
 // convolution's own weight and padding (split_tf32_input_grad_shape's), the weight gradient as
 // the forward rewrite's. dy comes NDHWC (the GroupNorm backward writes it so:
-// conv3d_backward_reads_channels_last), x is changed to NDHWC by our transpose. Measured on an H100
-// (2026-11-22, cuDNN 9.19, TF32; benchmarks/conv_variants.py --backward), ConvTranspose3d 64->128
-// k3 on (16, 64, 32^3): eager's NCDHW backward takes 4.6 ms: the input gradient 1.24 ms on an sm80
-// kernel after 0.23 ms of transposes, the weight gradient 2.47 ms after 0.33 ms of transposes;
-// in NDHWC the input gradient takes 1.15 ms (an sm90 kernel) and the rewrite's weight gradient
-// 1.98 ms (a 128x64 tile where the transposed one's takes 128x128), after one transpose of dy
-// (0.23 ms) and one of x (0.10 ms). Where our wgmma weight gradient takes the shape (sm_90), it
-// runs instead, with TF32 products and x read NCDHW.
+// conv3d_backward_reads_channels_last). Measured on an H100 (2026-11-22, cuDNN 9.19, TF32;
+// benchmarks/conv_variants.py --backward), ConvTranspose3d 64->128 k3 on (16, 64, 32^3): eager's
+// NCDHW backward takes 4.6 ms: the input gradient 1.24 ms on an sm80 kernel after 0.23 ms of
+// transposes, the weight gradient 2.47 ms after 0.33 ms of transposes; in NDHWC cuDNN's input
+// gradient takes 1.15 ms (an sm90 kernel) and the rewrite's weight gradient 1.98 ms, after one
+// transpose of dy (0.23 ms) and one of x (0.10 ms). Where our wgmma kernels take the shapes
+// (sm_90), they run instead, with TF32 products: the weight gradient with x read NCDHW (0.82 ms
+// at the headline), the input gradient written NCDHW by its epilogue for an NCDHW input (1.12
+// ms, where cuDNN's took 1.14 and its transpose back 0.10: benchmarks/h100-2026-11-28-ncdhw-
+// epilogue). Their tensor cores read dy as it lies, dropping its low bits, so dy holds TF32
+// values (conv3d_backward_is_tf32): the GroupNorm backward rounds it as it writes it, except
+// where the bias's gradient (dy's float32 sum) is asked for; there dy is rounded here, in place,
+// once summed (grad_y is the GroupNorm backward's output, which nothing reads after).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_as_forward_backward(
     const at::Tensor& grad_y, const at::Tensor& input, const at::Tensor& weight, bool has_bias,
     const Conv3dParams& p, std::array<bool, 3> output_mask) {
   constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast3d;
+  constexpr const char* kOp = "fused::conv_transpose3d_relu_group_norm (TF32 backward)";
   const at::Tensor dy = aligned_16(float_cuda_in_format(grad_y, kChannelsLast));
+  bool wgmma_input_grad = false, wgmma_weight_grad = false;
+#ifdef FUSED_OPS_WITH_CUTLASS
+  const Conv3dShape forward =
+      p.groups == 1 ? split_tf32_params_of_transposed(input, weight, p).conv : Conv3dShape{};
+  wgmma_input_grad =
+      output_mask[0] && p.groups == 1 &&
+      split_tf32_conv3d_cuda.forward_tf32_supported(split_tf32_input_grad_shape(forward, p));
+  wgmma_weight_grad = output_mask[1] && p.groups == 1 &&
+                      split_tf32_conv3d_cuda.weight_grad_ncdhw_input_supported(forward);
+#endif
   at::Tensor grad_input, grad_weight, grad_bias;
-  if (output_mask[0]) {
+  if (output_mask[2] && has_bias) {
+    grad_bias = grad_y.sum({0, 2, 3, 4});
+  }
+#ifdef FUSED_OPS_WITH_CUTLASS
+  if ((wgmma_input_grad || wgmma_weight_grad) && grad_bias.defined()) {
+    run_cuda_kernel(kOp, input, Tf32RoundParams{dy.mutable_data_ptr<float>(), dy.numel()},
+                    round_to_tf32_cuda);
+  }
+  if (wgmma_input_grad) {
+    grad_input = input_grad_on_split_tf32_kernels(kOp, dy, input, weight, forward, p,
+                                                  /*tf32_products=*/true);
+  }
+  if (wgmma_weight_grad) {
+    at::Tensor forward_grad = at::empty(
+        {forward.C_out, forward.kD, forward.kH, forward.kW, forward.C_in}, input.options());
+    run_weight_grad_ncdhw_input(kOp, dy, input, forward, /*split_tf32=*/false, forward_grad);
+    grad_weight = transposed_weight_of_forward(forward_grad.permute({0, 4, 1, 2, 3}), p.groups,
+                                               weight.sizes())
+                      .contiguous(weight.suggest_memory_format());
+  }
+#endif
+  if (output_mask[0] && !wgmma_input_grad) {
     const at::Tensor dx = at::conv3d(dy, weight.contiguous(kChannelsLast), c10::nullopt,
                                      /*stride=*/{1, 1, 1}, p.padding, p.dilation, p.groups);
     grad_input = float_cuda_in_format(dx, input.suggest_memory_format());
   }
-  if (output_mask[1]) {
-    bool done = false;
-#ifdef FUSED_OPS_WITH_CUTLASS
-    // On Hopper our wgmma weight gradient with TF32 products, x read NCDHW: measured in
-    // benchmarks/h200-2026-11-26-wgmma-wgrad/.
-    const Conv3dShape forward =
-        p.groups == 1 ? split_tf32_params_of_transposed(input, weight, p).conv : Conv3dShape{};
-    if (p.groups == 1 && split_tf32_conv3d_cuda.weight_grad_ncdhw_input_supported(forward)) {
-      at::Tensor forward_grad = at::empty(
-          {forward.C_out, forward.kD, forward.kH, forward.kW, forward.C_in}, input.options());
-      run_weight_grad_ncdhw_input("fused::conv_transpose3d_relu_group_norm (TF32 backward)", dy,
-                                  input, forward, /*split_tf32=*/false, forward_grad);
-      grad_weight = transposed_weight_of_forward(forward_grad.permute({0, 4, 1, 2, 3}), p.groups,
-                                                 weight.sizes())
-                        .contiguous(weight.suggest_memory_format());
-      done = true;
-    }
-#endif
-    if (!done) {
-      const at::Tensor x = aligned_16(float_cuda_in_format(input, kChannelsLast));
-      const at::Tensor forward_weight =
-          forward_weight_of_transposed(weight, p.groups).contiguous(kChannelsLast);
-      const at::Tensor forward_grad = std::get<1>(at::convolution_backward(
-          dy, x, forward_weight, c10::nullopt, /*stride=*/{1, 1, 1},
-          forward_padding_of_transposed(weight, p), p.dilation, /*transposed=*/false,
-          /*output_padding=*/{0, 0, 0}, p.groups, {false, true, false}));
-      grad_weight = transposed_weight_of_forward(forward_grad, p.groups, weight.sizes())
-                        .contiguous(weight.suggest_memory_format());
-    }
-  }
-  if (output_mask[2] && has_bias) {
-    grad_bias = grad_y.sum({0, 2, 3, 4});
+  if (output_mask[1] && !wgmma_weight_grad) {
+    const at::Tensor x = aligned_16(float_cuda_in_format(input, kChannelsLast));
+    const at::Tensor forward_weight =
+        forward_weight_of_transposed(weight, p.groups).contiguous(kChannelsLast);
+    const at::Tensor forward_grad = std::get<1>(at::convolution_backward(
+        dy, x, forward_weight, c10::nullopt, /*stride=*/{1, 1, 1},
+        forward_padding_of_transposed(weight, p), p.dilation, /*transposed=*/false,
+        /*output_padding=*/{0, 0, 0}, p.groups, {false, true, false}));
+    grad_weight = transposed_weight_of_forward(forward_grad, p.groups, weight.sizes())
+                      .contiguous(weight.suggest_memory_format());
   }
   return {grad_input, grad_weight, grad_bias};
 }
@@ -698,6 +734,13 @@ bool conv3d_backward_reads_channels_last(const at::Tensor& input, const at::Tens
                                          const Conv3dParams& p) {
   return p.transposed &&
          conv_output_is_channels_last(input, weight, p, ConvConsumer::kReluGroupNorm);
+}
+
+bool conv3d_backward_is_tf32(const at::Tensor& input, const at::Tensor& weight,
+                             const Conv3dParams& p) {
+  return p.transposed && input.is_cuda() && input.scalar_type() == at::kFloat &&
+         select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm) ==
+             ConvPath::kTransposedAsForward;
 }
 
 bool autograd_records(const at::Tensor& input, const at::Tensor& weight,

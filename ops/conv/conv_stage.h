@@ -120,6 +120,14 @@ at::Tensor empty_conv_output(const at::Tensor& input, c10::SymIntArrayRef shape)
 bool conv3d_backward_reads_channels_last(const at::Tensor& input, const at::Tensor& weight,
                                          const Conv3dParams& params);
 
+// Whether conv3d_backward's convolutions read that gradient with TF32 products (the float32
+// rewrite of a transposed convolution with TF32 allowed, CUDA; our wgmma kernels read it as it
+// lies, dropping its low bits): the GroupNorm backward before it then rounds it to TF32 as it
+// writes it, unless the bias's gradient (its float32 sum) is asked for, in which case
+// conv3d_backward rounds it in place once it has summed it.
+bool conv3d_backward_is_tf32(const at::Tensor& input, const at::Tensor& weight,
+                             const Conv3dParams& params);
+
 // Gradients of run_conv3d's (grad_input, grad_weight, grad_bias) given the gradient of its
 // output (any layout), each undefined where output_mask is false (grad_bias also when has_bias is
 // false); grad_input and grad_weight in the memory formats that input and weight suggest. For Meta

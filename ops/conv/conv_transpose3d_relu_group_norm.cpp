@@ -136,12 +136,20 @@ conv_transpose3d_relu_group_norm_backward(const at::Tensor& grad_output, const a
   // transposed convolution of one sample at a time was 3x slower per sample than of two).
   const bool grad_conv_output_channels_last =
       conv3d_backward_reads_channels_last(input, weight, params);
+  // The conv output's gradient rounded to TF32 (to nearest) where the convolutions' backward
+  // reads it with TF32 products: our wgmma kernels would otherwise drop its low bits (round
+  // toward zero), which put the headline's input gradient at 1.58x eager's error against
+  // float64, and a weight gradient at 3x (H100, 2026-11-28). Not where the conv bias's gradient
+  // is asked for: that one is its sum, float32 in eager (conv3d_backward_is_tf32).
+  const bool grad_conv_output_tf32_rounded =
+      conv3d_backward_is_tf32(input, weight, params) && !(has_conv_bias && output_mask[2]);
   return conv_group_norm_backward(
       kBackwardName, input, weight, conv_output, has_conv_bias, params, output_mask,
       /*batch_chunks=*/1, [&](std::array<bool, 3> mask, const BatchSlice& slice) {
         return norm::relu_group_norm_backward_in_layout(
             slice.of(grad_output), slice.of(conv_output), slice.of(mean), slice.of(rstd),
-            num_groups, gn_weight, mask, grad_conv_output_channels_last);
+            num_groups, gn_weight, mask, grad_conv_output_channels_last,
+            grad_conv_output_tf32_rounded);
       });
 }
 

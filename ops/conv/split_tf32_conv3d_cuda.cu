@@ -47,8 +47,9 @@ size_t forward_workspace_bytes(const conv::Conv3dChannelsLastParams& p) {
 
 int forward_launch(const conv::Conv3dChannelsLastParams& p, void* workspace, void* stream) {
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  if (p.tf32_products) {
-    // (The library's plain-TF32 forward runs through tf32_relu_group_norm_forward.)
+  if ((p.tf32_products && !wgmma_conv_tf32_supported(p.conv)) ||
+      (p.y_channels_first && !wgmma_conv_channels_first_supported(p.conv))) {
+    // (the host asks forward_tf32_supported / forward_channels_first_supported)
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (wgmma_conv_supported(p.conv)) {
@@ -109,6 +110,8 @@ const SplitTf32Conv3dCudaKernel split_tf32_conv3d_cuda{
     gpu::forward_kernel_name,
     {gpu::forward_workspace_bytes, gpu::forward_launch},
     gpu::wgmma_conv_relu_moments_supported,
+    gpu::wgmma_conv_channels_first_supported,
+    gpu::wgmma_conv_tf32_supported,
     gpu::tf32_forward_chosen,
     {gpu::wgmma_tf32_relu_group_norm_workspace_bytes, gpu::tf32_relu_group_norm_launch},
     {gpu::weight_grad_workspace_bytes, gpu::weight_grad_launch},

@@ -4,9 +4,10 @@
 //   y[n, z, p, q, k] = bias[k] + sum over (t, r, s, c) of
 //       x[n, z*sd - pd + t*dd, p*sh - ph + r*dh, q*sw - pw + s*dw, c] * w[k, t, r, s, c]
 //
-// x, y NDHWC, zero outside x (the padding), one conv group: the forward convolution of
-// split_tf32_conv3d.cuh, which runs CUTLASS's sm80 mma.sync kernel; that one tops out at
-// ~190 TFLOP/s of TF32 products on an H100 (benchmarks/README.md), wgmma at about twice that.
+// x, y NDHWC (or y NCDHW: WgmmaConvParams::y_channels_first), zero outside x (the padding), one
+// conv group: the forward convolution of split_tf32_conv3d.cuh, which runs CUTLASS's sm80
+// mma.sync kernel; that one tops out at ~190 TFLOP/s of TF32 products on an H100
+// (benchmarks/README.md), wgmma at about twice that.
 //
 // Computation: an implicit GEMM of M = N*Do*Ho*Wo output positions by N = C_out channels over
 // K = kD*kH*kW*C_in, walked one (tap, 32 input channels) block at a time. Split TF32
@@ -83,11 +84,15 @@
 //     cluster, on every block's: they all read that slot's weights); at the tile's end they
 //     stage y = acc + bias in shared memory (OutTileHandoff; the whole tile, or with the
 //     im2col copies one m64 block at a time) and go on;
-//   - an epilogue warpgroup stores the staged tile (whole rows, 16 bytes a lane) and, where
-//     asked for, its moments, while the consumers compute the next tile. (The consumers did
-//     this themselves, stores from the accumulators and the moments by shuffles: Nsight
-//     Compute found them there ~8-12% of their time, the tensor cores idle meanwhile; moved,
-//     the headline's forward with the moments went 2.18 -> 2.07 ms, 2026-11-26.)
+//   - an epilogue warpgroup stores the staged tile (whole rows, 16 bytes a lane; into an NCDHW
+//     y by the tensor memory accelerator's tiled stores, from boxes of channels by 32
+//     positions that the consumers stage instead) and, where asked for, its moments, while
+//     the consumers compute the next tile. (The consumers did this themselves, stores from the
+//     accumulators and the moments by shuffles: Nsight Compute found them there ~8-12% of
+//     their time, the tensor cores idle meanwhile; moved, the headline's forward with the
+//     moments went 2.18 -> 2.07 ms, 2026-11-26. The NCDHW stores by the epilogue's threads
+//     instead of tensor-map copies made the kernel 10-20% slower, 2026-11-28: the consumers
+//     wait for the staged part to be stored.)
 // The consumers never wait for each other: while one adds its block's sum and loads its next
 // fragments, the other's products keep the tensor cores busy. Registers move from the producer
 // and the epilogue warpgroup (which need few) to the consumers (setmaxnreg).
@@ -143,13 +148,18 @@ struct WgmmaConvParams {
   int64_t b_bn;       // the tiles' channels: the kernel's kBN
   int64_t b_parts;    // 2 (split products: high and low parts) or 1 (plain TF32)
   const float* bias;  // C_out
+  // NDHWC (N, Do, Ho, Wo, C_out), or with y_channels_first NCDHW (N, C_out, Do, Ho, Wo): the
+  // consumers stage the tile transposed and the epilogue warpgroup stores it by tensor-map
+  // copies, so that an output wanted NCDHW (the gradient of an NCDHW module input) needs no
+  // transpose pass after.
   float* y;
+  bool y_channels_first;
   // Optional, null for none: per (row tile, segment 0/1, channel) the (mean, M2) of
   // relu(y) over the staged part's rows (Tile::kOutRows: a tile's 128, or 64 with the im2col
   // copies) of its first / second sample, [ceil(M / kOutRows)][2][C_out] (segment 1 written
   // only by parts that straddle samples). Needs spatial >= 128.
   float2* tile_moments;
-  int64_t spatial;  // Do * Ho * Wo: rows per sample
+  int64_t spatial;  // Do * Ho * Wo: rows per sample (> 0)
   // The launch's output rows [row_begin, row_end) of M (wgmma_conv_params: all of them): the
   // pipelined forward runs a few launches over consecutive ranges. row_begin is a multiple of
   // the tile's kBM * kCluster; rows past row_end are neither stored nor counted in the moments.
@@ -370,6 +380,21 @@ __device__ __forceinline__ void tiled_copy_to_shared_5d(uint32_t dst, const CUte
 // __syncthreads') wait for each other.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// The tiled store of the tensor memory accelerator: shared memory at src to the box of `map`
+// whose corner is at coordinates (c0, c1, c2) (innermost first); elements outside the tensor
+// are not written. In this thread's bulk group (bulk_stores_commit_and_wait_read).
+__device__ __forceinline__ void tiled_store_from_shared_3d(const CUtensorMap* map, uint32_t src,
+                                                           int32_t c0, int32_t c1, int32_t c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+// Closes this thread's bulk group and waits until its stores have read their shared memory.
+__device__ __forceinline__ void bulk_stores_commit_and_wait_read() {
+  asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 // Byte offset of element (row, col) in a 128-byte-swizzled tile of 32-float rows.
 __device__ __forceinline__ uint32_t swizzled(int row, int col) {
@@ -606,11 +631,13 @@ struct OutTileHandoff {
 
 }  // namespace wgmma_conv_detail
 
-// x_map: x's im2col tensor map where Tile::kTmaIm2col (make_x_im2col_map), else unused.
+// x_map: x's im2col tensor map where Tile::kTmaIm2col (make_x_im2col_map), else unused; y_map:
+// y's NCDHW tensor map where p.y_channels_first (make_y_ncdhw_map), else unused.
 template <typename Tile>
 __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
     split_tf32_wgmma_conv3d_kernel(const WgmmaConvParams p,
-                                   const __grid_constant__ CUtensorMap x_map) {
+                                   const __grid_constant__ CUtensorMap x_map,
+                                   const __grid_constant__ CUtensorMap y_map) {
 #ifdef FUSED_OPS_WGMMA_ENABLED
   using namespace wgmma_conv_detail;
   constexpr int kBN = Tile::kBN, kStages = Tile::kStages, kBM = Tile::kBM;
@@ -842,7 +869,44 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
       part = (part + 1) % Tile::kOutParts != 0 ? part + 1 : (group + group_step) * Tile::kOutParts;
       out_handoff.epilogue_wait_full(u);
       const float* const out_tile = out_tiles + u % Tile::kOutBuffers * kOutFloats;
-      if (rows > 0 && n0 + col4 < p.C_out) {  // C_out is a multiple of 4: all 4 columns or none
+      if (p.y_channels_first) {
+        // The part staged as boxes of [kBN channels][32 positions] (the consumers' transposed
+        // staging). A box within one sample: one thread stores it by the tensor map (y_map:
+        // positions s .. s + 31 of channels n0 .. of sample n; channels past C_out are left
+        // unwritten by the copy engine) and arrives on `free` once the copies have read the
+        // part. A box that runs past its sample's last position: every thread stores its
+        // elements itself (a tensor-map store cannot start at a negative position: an illegal
+        // instruction on an H100), before arriving. The copies' writes complete with the kernel.
+        if (rows > 0) {
+          const uint8_t* const staged = reinterpret_cast<const uint8_t*>(out_tile);
+          bool copies = false;
+          for (int b = 0; b < kOutRows / 32 && 32 * b < rows; ++b) {
+            const int64_t m = m0 + 32 * b, n = m / p.spatial, s = m - n * p.spatial;
+            if (s + 32 <= p.spatial) {
+              if (etid == 0) {
+                if (!copies) {
+                  fence_proxy_async_shared();  // the consumers' stores (generic proxy) first
+                  copies = true;
+                }
+                tiled_store_from_shared_3d(&y_map, smem_u32(staged + b * kBN * 128),
+                                           static_cast<int32_t>(s), n0, static_cast<int32_t>(n));
+              }
+            } else {
+              const int c = etid % kBN;
+              for (int i = etid / kBN; i < 32; i += 128 / kBN) {
+                const int64_t mi = m + i, ni = mi / p.spatial;
+                if (mi < p.M && n0 + c < p.C_out) {
+                  p.y[(ni * p.C_out + n0 + c) * p.spatial + (mi - ni * p.spatial)] =
+                      *reinterpret_cast<const float*>(staged + b * kBN * 128 + swizzled(c, i));
+                }
+              }
+            }
+          }
+          if (copies) {
+            bulk_stores_commit_and_wait_read();
+          }
+        }
+      } else if (rows > 0 && n0 + col4 < p.C_out) {  // C_out % 4 == 0: all 4 columns or none
         for (int r = row_in_step; r < rows; r += kRowsPerStep) {
           *reinterpret_cast<float4*>(p.y + (m0 + r) * p.C_out + n0 + col4) =
               *reinterpret_cast<const float4*>(out_tile + r * Tile::kOutPitch + col4);
@@ -1028,13 +1092,31 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
                                      wg, free_waits);
       const int out_row0 = Tile::kOutParts == 1 ? frag_row0 : (warp & 3) * 16 + g;
       float* const out_tile = out_tiles + (Tile::kOutBuffers == 2 ? wg : 0) * kOutFloats;
+      if (p.y_channels_first) {
+        // Transposed, for the epilogue's tensor-map stores into an NCDHW y: boxes of 32 rows
+        // as [kBN channels][32 positions], 128-byte swizzled (row r, channel c: box r / 32,
+        // line c, position r % 32), which a warp's stores fill conflict-free.
+        uint8_t* const boxes = reinterpret_cast<uint8_t*>(out_tile);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float* const out_row = out_tile + (out_row0 + 8 * half) * Tile::kOutPitch + 2 * t;
+        for (int half = 0; half < 2; ++half) {
+          const int r = out_row0 + 8 * half;
+          uint8_t* const box = boxes + (r >> 5) * (kBN * 128);
 #pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          const float* const a = acc + i * kAcc + 4 * j + 2 * half;
-          *reinterpret_cast<float2*>(out_row + 8 * j) = make_float2(a[0], a[1]);
+          for (int j = 0; j < kBN / 8; ++j) {
+            const float* const a = acc + i * kAcc + 4 * j + 2 * half;
+            *reinterpret_cast<float*>(box + swizzled(8 * j + 2 * t, r & 31)) = a[0];
+            *reinterpret_cast<float*>(box + swizzled(8 * j + 2 * t + 1, r & 31)) = a[1];
+          }
+        }
+      } else {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float* const out_row = out_tile + (out_row0 + 8 * half) * Tile::kOutPitch + 2 * t;
+#pragma unroll
+          for (int j = 0; j < kBN / 8; ++j) {
+            const float* const a = acc + i * kAcc + 4 * j + 2 * half;
+            *reinterpret_cast<float2*>(out_row + 8 * j) = make_float2(a[0], a[1]);
+          }
         }
       }
       out_handoff.consumer_arrive_full(wg);
@@ -1111,6 +1193,43 @@ inline cudaError_t make_x_im2col_map(const WgmmaConvParams& p, int pixels, CUten
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// The driver's cuTensorMapEncodeTiled (driver_function); null where the driver lacks it.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+inline EncodeTiled encode_tiled() {
+  static const EncodeTiled encode =
+      reinterpret_cast<EncodeTiled>(driver_function("cuTensorMapEncodeTiled"));
+  return encode;
+}
+
+// Whether y NCDHW can have its tensor map (make_y_ncdhw_map): 16-byte aligned, with planes of a
+// multiple of 4 positions (the map's strides are multiples of 16 bytes).
+inline bool y_ncdhw_map_supported(const WgmmaConvParams& p) {
+  return p.spatial % 4 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
+}
+
+// y's (NCDHW) tensor map for the epilogue's stores with y_channels_first: (N, C_out, spatial)
+// in boxes of 32 positions by kBN channels of one sample, 128-byte swizzled as the consumers
+// stage them.
+inline cudaError_t make_y_ncdhw_map(const WgmmaConvParams& p, int bn, CUtensorMap* map) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr || !y_ncdhw_map_supported(p)) {
+    return cudaErrorNotSupported;
+  }
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.spatial), static_cast<cuuint64_t>(p.C_out),
+                              static_cast<cuuint64_t>(p.N)};
+  const cuuint64_t strides[2] = {dims[0] * 4, dims[0] * dims[1] * 4};  // bytes, dims 1..2
+  const cuuint32_t box[3] = {32, static_cast<cuuint32_t>(bn), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r =
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, p.y, dims, strides, box, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 // The blocks a launch of the kernel with `Tile` runs at once on the current device (persistent:
 // a block per SM, in clusters of Tile::kCluster as many as fit together: the GPCs' sizes may
 // leave SMs out), into *blocks. Queried once per device (PerDevice).
@@ -1169,9 +1288,20 @@ cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_
   if (e != cudaSuccess) {
     return e;
   }
-  CUtensorMap x_map{};
+  CUtensorMap x_map{}, y_map{};
   if constexpr (Tile::kTmaIm2col) {
     const cudaError_t m = make_x_im2col_map(p, Tile::kBM, &x_map);
+    if (m != cudaSuccess) {
+      return m;
+    }
+  }
+  if (p.y_channels_first) {
+    // (Every row of the launch's: the epilogue stores a box's rows into whichever samples they
+    // fall in, up to M; and no moments, which read the tile as staged for NDHWC.)
+    if (p.row_begin != 0 || p.row_end != p.M || p.tile_moments != nullptr) {
+      return cudaErrorInvalidValue;
+    }
+    const cudaError_t m = make_y_ncdhw_map(p, Tile::kBN, &y_map);
     if (m != cudaSuccess) {
       return m;
     }
@@ -1193,7 +1323,7 @@ cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_
   const unsigned grid = static_cast<unsigned>(
       (groups < resident / kCluster ? groups : resident / kCluster) * kCluster);
   if constexpr (kCluster == 1) {
-    kernel<<<grid, kWgmmaConvBlockThreads, Tile::kSmemBytes, stream>>>(p, x_map);
+    kernel<<<grid, kWgmmaConvBlockThreads, Tile::kSmemBytes, stream>>>(p, x_map, y_map);
     return cudaGetLastError();
   } else {
     cudaLaunchConfig_t config{};
@@ -1208,7 +1338,7 @@ cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_
     config.attrs = &cluster;
     config.numAttrs = 1;
     config.gridDim = dim3(grid);
-    return cudaLaunchKernelEx(&config, kernel, p, x_map);
+    return cudaLaunchKernelEx(&config, kernel, p, x_map, y_map);
   }
 }
 
@@ -1223,6 +1353,10 @@ bool wgmma_conv_supported(const conv::Conv3dShape& s);
 // relu_channel_moments) for this shape: where it takes the shape and a row tile's 128 rows
 // hold at most two samples (Do * Ho * Wo >= 128).
 bool wgmma_conv_relu_moments_supported(const conv::Conv3dShape& s);
+// Whether it writes y NCDHW (Conv3dChannelsLastParams::y_channels_first) for this shape: where it
+// takes the shape, Do * Ho * Wo is a multiple of 4 and the driver encodes tiled tensor maps
+// (the output 16-byte aligned, which the launch checks).
+bool wgmma_conv_channels_first_supported(const conv::Conv3dShape& s);
 // Whether it runs the shape with plain TF32 products (Conv3dChannelsLastParams::tf32_products),
 // the ReLU -> GroupNorm statistics included: on the im2col-copy tiles (make_x_im2col_map's
 // limits), where a sample has at least 128 rows.

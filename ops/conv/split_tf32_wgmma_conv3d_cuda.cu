@@ -222,6 +222,10 @@ bool wgmma_conv_relu_moments_supported(const conv::Conv3dShape& s) {
   return s.Do * s.Ho * s.Wo >= WideTile::kBM && wgmma_conv_supported(s);
 }
 
+bool wgmma_conv_channels_first_supported(const conv::Conv3dShape& s) {
+  return (s.Do * s.Ho * s.Wo) % 4 == 0 && wgmma_conv_supported(s) && encode_tiled() != nullptr;
+}
+
 bool wgmma_conv_tf32_supported(const conv::Conv3dShape& s) {
   // (The moments' parts straddle at most two samples where a sample has 128 rows or more.)
   if (!wgmma_conv_relu_moments_supported(s)) {
@@ -256,10 +260,11 @@ WgmmaConvParams wgmma_conv_params(const conv::Conv3dChannelsLastParams& cp, void
   p.b_parts = cp.tf32_products ? 1 : 2;  // plain TF32: one part, in the channels' own order
   p.bias = cp.bias;
   p.y = cp.y;
+  p.y_channels_first = cp.y_channels_first;
+  p.spatial = s.Do * s.Ho * s.Wo;
   if (cp.relu_channel_moments != nullptr) {
     p.tile_moments =
         reinterpret_cast<float2*>(static_cast<char*>(workspace) + split_weight_bytes(s));
-    p.spatial = s.Do * s.Ho * s.Wo;
   }
   return p;
 }
@@ -439,17 +444,6 @@ WgmmaWgradParams wgrad_params(const conv::Conv3dShape& s) {
   p.units_per_block = static_cast<int>(ceil_div(units, want));
   p.grid_blocks = static_cast<int>(ceil_div(units, p.units_per_block));
   return p;
-}
-
-// The driver's cuTensorMapEncodeTiled (driver_function); null where the driver lacks it.
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-EncodeTiled encode_tiled() {
-  static const EncodeTiled encode =
-      reinterpret_cast<EncodeTiled>(driver_function("cuTensorMapEncodeTiled"));
-  return encode;
 }
 
 // x's (NCDHW) tensor map for the weight gradient's x tiles: a box of 32 positions along W by

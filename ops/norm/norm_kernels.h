@@ -63,6 +63,9 @@ struct ReluGroupNormBackwardParams {
   void* dweight;
   void* dbias;
   bool dx_channels_last;
+  // With dx_channels_last and float32: dx rounded to the nearest TF32 value, for TF32
+  // convolutions that read it (whose tensor cores would drop its low bits: a bias toward zero).
+  bool dx_tf32_rounded;
 };
 
 // group_norm_mean forward: out (N) = mean over (c, *) of group_norm(x); mean, rstd: (N, G);

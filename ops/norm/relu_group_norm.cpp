@@ -88,13 +88,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward(
     const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
     std::array<bool, 3> output_mask) {
   return relu_group_norm_backward_in_layout(grad_output, input, mean, rstd, num_groups, weight,
-                                            output_mask, /*grad_input_channels_last=*/false);
+                                            output_mask, /*grad_input_channels_last=*/false,
+                                            /*grad_input_tf32_rounded=*/false);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layout(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,
     const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
-    std::array<bool, 3> output_mask, bool grad_input_channels_last) {
+    std::array<bool, 3> output_mask, bool grad_input_channels_last, bool grad_input_tf32_rounded) {
   const SymGroupNormShape s =
       check_group_norm_args(kBackwardName, input, num_groups, weight, c10::nullopt, 0.0);
   check_group_norm_backward_args(kBackwardName, grad_output, input.sym_sizes(), input, s, mean,
@@ -115,7 +116,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layou
                                              mutable_data_or_null(t.grad_input),
                                              mutable_data_or_null(t.grad_weight),
                                              mutable_data_or_null(t.grad_bias),
-                                             dx_channels_last};
+                                             dx_channels_last,
+                                             dx_channels_last && grad_input_tf32_rounded};
     run_kernel(kBackwardName, t.input, params, kBackwardKernels);
   }
   return t.grads();

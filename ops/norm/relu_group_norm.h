@@ -56,11 +56,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward(
 
 // The same, for a conv operator whose convolution backward reads NDHWC: with
 // grad_input_channels_last, grad_input is channels_last_3d, written so by the kernel (CUDA and
-// 5-d inputs only; elsewhere grad_input is contiguous).
+// 5-d inputs only; elsewhere grad_input is contiguous), and with grad_input_tf32_rounded also
+// rounded to TF32 (float32 only; for TF32 convolutions: ReluGroupNormBackwardParams).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layout(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,
     const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
-    std::array<bool, 3> output_mask, bool grad_input_channels_last);
+    std::array<bool, 3> output_mask, bool grad_input_channels_last, bool grad_input_tf32_rounded);
 
 // The forward kernel that reads `input` on `device`: "relu_group_norm", or
 // "relu_group_norm_channels_last" (a channels-last input read in place).

@@ -34,7 +34,8 @@
 //   3. row_map_kernel<ReluBackwardInputOp>: dx = x > 0 ? c1 * dy + c2 * x + c3 : 0; or, with
 //      dx_channels_last, relu_backward_input_channels_last_kernel: the same values written
 //      (N, HxW, C) through 32 x 64 shared-memory tiles (a conv operator's backward convolution
-//      reads NDHWC: writing dx so costs less than a transpose of it afterwards).
+//      reads NDHWC: writing dx so costs less than a transpose of it afterwards), rounded to
+//      TF32 with dx_tf32_rounded (for TF32 convolutions, which read it as it lies).
 //   4. affine_param_grads_kernel (row_kernels.cuh), one warp per channel c, over n in a fixed
 //   order:
 //        dweight[c] = sum_n (ds - db * mean[n, g]) * rstd[n, g],  dbias[c] = sum_n db.
@@ -42,6 +43,7 @@
 // Workspace (float headline): forward 157,696 B of chunk pairs + 24 KB of center/scale/shift;
 // backward 160 KB of chunk pairs + 32 KB of row sums + 24 KB of coefficients.
 #include "common/cuda/cuda_kernel.cuh"
+#include "common/cuda/tf32_rounding.cuh"
 #include "norm/channels_last_kernels.h"
 #include "norm/group_norm_math.h"
 #include "norm/norm_kernels.h"
@@ -121,7 +123,8 @@ __global__ void __launch_bounds__(kThreads)
                                              const scalar_t* __restrict__ dy,
                                              scalar_t* __restrict__ dx,
                                              ReluBackwardInputOp<acc_t> op, int64_t C, int64_t HxW,
-                                             int64_t channel_tiles, int64_t position_tiles) {
+                                             int64_t channel_tiles, int64_t position_tiles,
+                                             bool round_to_tf32) {
   __shared__ acc_t tile[kLayoutChannels][kLayoutPositions + 1];
   int64_t block = blockIdx.x;
   const int64_t s0 = block % position_tiles * kLayoutPositions;
@@ -162,7 +165,11 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = warp; r < kLayoutPositions; r += kLayoutRowStep) {
     const int64_t s = s0 + r;
     if (c < C && s < HxW) {
-      dx[(n * HxW + s) * C + c] = ScalarOps<scalar_t>::from_acc(tile[lane][r]);
+      acc_t v = tile[lane][r];
+      if constexpr (std::is_same_v<scalar_t, float>) {
+        v = round_to_tf32 ? tf32_rounded(v) : v;
+      }
+      dx[(n * HxW + s) * C + c] = ScalarOps<scalar_t>::from_acc(v);
     }
   }
 }
@@ -384,8 +391,8 @@ cudaError_t launch_backward(const norm::ReluGroupNormBackwardParams& p, void* wo
         return cudaErrorInvalidConfiguration;
       }
       relu_backward_input_channels_last_kernel<scalar_t, acc_t>
-          <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, dy, dx, input_grad, C, HxW,
-                                                                   channel_tiles, position_tiles);
+          <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+              x, dy, dx, input_grad, C, HxW, channel_tiles, position_tiles, p.dx_tf32_rounded);
       FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     } else {
       const bool vectorized_map =

@@ -1,0 +1,92 @@
+"""ConvTranspose3dReLUGroupNorm's training step with TF32 allowed (PyTorch's default) on CUDA.
+
+Its input gradient is a forward convolution of the conv output's gradient. On Hopper it runs
+our wgmma kernel with plain TF32 products (conv_stage.cpp, transposed_as_forward_backward),
+where the kernel takes the shape (a sample of at least 128 positions, channels multiples of
+4): written NCDHW by the epilogue's tensor-map stores for an NCDHW input whose samples have a
+multiple of 4 positions (a 32-position box that runs past a sample stored element by element),
+else NDHWC (then transposed for an NCDHW input). The conv output's gradient is rounded to TF32
+for it and for the weight gradient's kernel (their tensor cores would drop its low bits): by
+the GroupNorm backward as it writes it, or, where the conv bias's gradient (its float32 sum) is
+asked for, in place after that sum. Elsewhere cuDNN's convolutions run.
+
+Checked against float64 on each model's own ReLU mask (testing.compare_relu_gradients_on_own_
+masks: TF32's conv output error flips a few ReLUs, in eager and fused alike): every gradient at
+most twice eager's error (cuDNN's TF32), over samples that straddle the boxes, N = 1, input
+channel counts that leave a partial channel tile, both layouts, with and without a conv bias;
+and, on Hopper, that the backward ran our kernel."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fused_ops
+from fused_ops import testing
+from helpers import cuda_marks, drop_in_pair
+
+pytestmark = cuda_marks()
+
+# (input shape, out_channels, GroupNorm groups); 3x3x3, stride 1, no padding: the family whose
+# transposed convolution eager runs with TF32 (conv_stage.cpp).
+CASES = {
+    "straddling_n3": ((3, 8, 6, 7, 6), 16, 4),  # 252 positions a sample: boxes run past it
+    "whole_boxes": ((2, 16, 8, 8, 8), 32, 8),  # 512 positions
+    "n1_cin72": ((1, 72, 4, 4, 8), 16, 4),  # the input gradient's 72 channels: a 128 tile
+    "cin36_straddling": ((2, 36, 4, 6, 6), 8, 2),  # 144 positions; 36 channels of a 64 tile
+    "positions_not_multiple_of_4": ((2, 8, 5, 6, 7), 16, 4),  # 210: NDHWC, transposed
+}
+
+
+@pytest.fixture(autouse=True)
+def tf32_allowed(monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)  # (restored after the test)
+
+
+def _models_and_input(case, bias, layout):
+    shape, c_out, groups = CASES[case]
+    torch.manual_seed(sum(map(ord, case)) + bias)
+    init = dict(in_channels=shape[1], out_channels=c_out, kernel_size=3, groups=groups, bias=bias)
+    original, fused = drop_in_pair("ConvTranspose3dReLUGroupNorm", init, "cuda")
+    x = torch.rand(shape, device="cuda")  # non-negative: a common offset in the conv output
+    if layout == "ndhwc":
+        x = x.to(memory_format=torch.channels_last_3d)
+    return original, fused, x
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
+@pytest.mark.parametrize("layout", ["ncdhw", "ndhwc"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_gradients_vs_float64(case, layout, bias):
+    original, fused, x = _models_and_input(case, bias, layout)
+    report = testing.compare_relu_gradients_on_own_masks(original, fused, x)
+    expected = {"grad input", "grad conv_transpose.weight", "grad group_norm.weight"}
+    expected |= {"grad group_norm.bias"} | ({"grad conv_transpose.bias"} if bias else set())
+    assert expected <= set(report.gradients), sorted(report.gradients)
+    failures = []
+    for what, e in report.gradients.items():
+        # (2e-7: float32's rounding of the output, whatever eager reaches)
+        if not e.fused_error <= 2 * e.eager_error + 2e-7:
+            failures.append(f"{what}: fused {e.fused_error:.3e}, eager {e.eager_error:.3e}")
+    conv = report.conv_error
+    if not conv["fused"] <= 2 * conv["eager"] + 2e-7:
+        failures.append(f"conv output: {conv}")
+    assert not failures, "\n".join(failures)
+
+
+def test_input_gradient_runs_the_wgmma_kernel():
+    """The profile of a step: on Hopper the backward's convolutions are our wgmma kernels (the
+    input gradient's and the weight gradient's), no cuDNN convolution."""
+    if fused_ops.split_tf32_conv_kernel() != "wgmma":
+        pytest.skip("the wgmma kernels run on sm_90 devices (and builds with CUTLASS)")
+    _, fused, x = _models_and_input("whole_boxes", False, "ncdhw")
+    x.requires_grad_(True)
+    out = fused(x)
+    grad = torch.randn_like(out)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out.backward(grad)
+        torch.cuda.synchronize()
+    names = [e.key for e in prof.key_averages()]
+    assert any("split_tf32_wgmma_conv3d_kernel" in n for n in names), names
+    assert any("split_tf32_wgmma_wgrad_kernel" in n for n in names), names
+    assert not any("implicit_gemm" in n or "cudnn" in n.lower() for n in names), names
