@@ -6,9 +6,10 @@ where the kernel takes the shape (a sample of at least 128 positions, channels m
 4): written NCDHW by the epilogue's tensor-map stores for an NCDHW input whose samples have a
 multiple of 4 positions (a 32-position box that runs past a sample stored element by element),
 else NDHWC (then transposed for an NCDHW input). The conv output's gradient is rounded to TF32
-for it and for the weight gradient's kernel (their tensor cores would drop its low bits): by
-the GroupNorm backward as it writes it, or, where the conv bias's gradient (its float32 sum) is
-asked for, in place after that sum. Elsewhere cuDNN's convolutions run.
+for it and for the weight gradient (our kernels' tensor cores would drop its low bits; cuDNN's
+kernels were less accurate on it unrounded too): by the GroupNorm backward as it writes it, or,
+where the conv bias's gradient (its float32 sum) is asked for, in place after that sum.
+Elsewhere cuDNN's convolutions run.
 
 Checked against float64 on each model's own ReLU mask (testing.compare_relu_gradients_on_own_
 masks: TF32's conv output error flips a few ReLUs, in eager and fused alike): every gradient at

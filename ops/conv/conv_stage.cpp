@@ -418,9 +418,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_split_tf32_backward(
 // at the headline), the input gradient written NCDHW by its epilogue for an NCDHW input (1.12
 // ms, where cuDNN's took 1.14 and its transpose back 0.10: benchmarks/h100-2026-11-28-ncdhw-
 // epilogue). Their tensor cores read dy as it lies, dropping its low bits, so dy holds TF32
-// values (conv3d_backward_is_tf32): the GroupNorm backward rounds it as it writes it, except
-// where the bias's gradient (dy's float32 sum) is asked for; there dy is rounded here, in place,
-// once summed (grad_y is the GroupNorm backward's output, which nothing reads after).
+// values (conv3d_backward_is_tf32; cuDNN's kernels were less accurate on unrounded dy too: 3x
+// eager's error in a weight gradient, 2026-11-28): the GroupNorm backward rounds it as it
+// writes it, except where the bias's gradient (dy's float32 sum) is asked for; there dy is
+// rounded here, in place, once summed (grad_y is the GroupNorm backward's output, which nothing
+// reads after).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_as_forward_backward(
     const at::Tensor& grad_y, const at::Tensor& input, const at::Tensor& weight, bool has_bias,
     const Conv3dParams& p, std::array<bool, 3> output_mask) {
@@ -440,12 +442,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_as_forward_backward(
   at::Tensor grad_input, grad_weight, grad_bias;
   if (output_mask[2] && has_bias) {
     grad_bias = grad_y.sum({0, 2, 3, 4});
+#ifdef FUSED_OPS_WITH_CUDA
+    if (output_mask[0] || output_mask[1]) {
+      run_cuda_kernel(kOp, input, Tf32RoundParams{dy.mutable_data_ptr<float>(), dy.numel()},
+                      round_to_tf32_cuda);
+    }
+#endif
   }
 #ifdef FUSED_OPS_WITH_CUTLASS
-  if ((wgmma_input_grad || wgmma_weight_grad) && grad_bias.defined()) {
-    run_cuda_kernel(kOp, input, Tf32RoundParams{dy.mutable_data_ptr<float>(), dy.numel()},
-                    round_to_tf32_cuda);
-  }
   if (wgmma_input_grad) {
     grad_input = input_grad_on_split_tf32_kernels(kOp, dy, input, weight, forward, p,
                                                   /*tf32_products=*/true);

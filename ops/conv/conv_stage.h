@@ -124,7 +124,7 @@ bool conv3d_backward_reads_channels_last(const at::Tensor& input, const at::Tens
 // rewrite of a transposed convolution with TF32 allowed, CUDA; our wgmma kernels read it as it
 // lies, dropping its low bits): the GroupNorm backward before it then rounds it to TF32 as it
 // writes it, unless the bias's gradient (its float32 sum) is asked for, in which case
-// conv3d_backward rounds it in place once it has summed it.
+// conv3d_backward rounds it in place once it has summed it (for cuDNN's kernels too).
 bool conv3d_backward_is_tf32(const at::Tensor& input, const at::Tensor& weight,
                              const Conv3dParams& params);
 

@@ -139,8 +139,9 @@ conv_transpose3d_relu_group_norm_backward(const at::Tensor& grad_output, const a
   // The conv output's gradient rounded to TF32 (to nearest) where the convolutions' backward
   // reads it with TF32 products: our wgmma kernels would otherwise drop its low bits (round
   // toward zero), which put the headline's input gradient at 1.58x eager's error against
-  // float64, and a weight gradient at 3x (H100, 2026-11-28). Not where the conv bias's gradient
-  // is asked for: that one is its sum, float32 in eager (conv3d_backward_is_tf32).
+  // float64; cuDNN's weight gradient of the rewrite (where ours does not take the shape) was at
+  // 3x on a small shape (H100, 2026-11-28). Not where the conv bias's gradient is asked for:
+  // that one is its sum, float32 in eager (conv3d_backward_is_tf32).
   const bool grad_conv_output_tf32_rounded =
       conv3d_backward_is_tf32(input, weight, params) && !(has_conv_bias && output_mask[2]);
   return conv_group_norm_backward(
