@@ -11,8 +11,7 @@
 //   tools/split_tf32_wgmma_check.sh "" --wgrad-small  # ... without the (timed) headline
 //   tools/split_tf32_wgmma_check.sh "" --moments-small  # the small problems' "+moments" rows only
 //   tools/split_tf32_wgmma_check.sh "" --ncdhw        # the NCDHW outputs' rows only
-//   (y_channels_first) tools/split_tf32_wgmma_check.sh "" --ncdhw-small  # ... without the (timed)
-//   headline
+//   tools/split_tf32_wgmma_check.sh "" --ncdhw-small  # ... without the (timed) headline
 //
 // Problems: the headline ConvTranspose3d(64 -> 128, k3) on (16, 64, 32^3) as the forward
 // convolution the library runs (padding 2) and its input gradient (128 -> 64 channels on
@@ -199,10 +198,10 @@ void report(const Problem& q, const char* kernel, double flops, const Errors& e,
 }
 
 // The library's launch of `cp` (d.p's problem; split or plain TF32 products) writing y NCDHW
-// (y_channels_first: the epilogue transposes as it stores) against its NDHWC output: the same
-// products in the same order, so bitwise the same values once transposed back. Reports the
-// NCDHW launch's row as `kernel` (errors against float64; its time where q.timed), and the
-// NDHWC launch's as `ndhwc_kernel` where given. Returns 0 if they match.
+// (y_channels_first: staged transposed, stored by tensor-map copies) against its NDHWC output:
+// the same products in the same order, so bitwise the same values once transposed back.
+// Reports the NCDHW launch's row as `kernel` (errors against float64; its time where q.timed),
+// and the NDHWC launch's as `ndhwc_kernel` where given. Returns 0 if they match.
 int check_channels_first(const Problem& q, const Prepared& d, conv::Conv3dChannelsLastParams cp,
                          const char* kernel, const char* ndhwc_kernel, double flops) {
   const conv::Conv3dShape& s = d.s;

@@ -4,8 +4,9 @@
 # the headline problems (timed) and small shapes over the parameter surface. Needs CUTLASS's
 # headers (tools/fetch_cutlass.sh, or .deps/cutlass carried). With a built binary as the
 # first argument, runs that instead of building; further arguments go to the program (--stress,
-# --wgrad, --wgrad-small, --moments-small, --ncdhw, --ncdhw-small). `--build-only PATH`: builds the program at PATH and
-# exits (tools/device_check.sh's sanitizer step runs it under compute-sanitizer).
+# --wgrad, --wgrad-small, --moments-small, --ncdhw, --ncdhw-small). `--build-only PATH`: builds
+# the program at PATH and exits (tools/device_check.sh's sanitizer step runs it under
+# compute-sanitizer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build() {
