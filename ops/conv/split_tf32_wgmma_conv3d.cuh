@@ -115,6 +115,7 @@
 #include <cuda.h>  // CUtensorMap (the types only: the driver is reached through the runtime)
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -1144,6 +1145,19 @@ inline bool x_im2col_map_supported(const WgmmaConvParams& p) {
   return p.C_in % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
 }
 
+// The byte strides of dims 1 .. kRank - 1 of a dense float32 tensor of `dims` (innermost first),
+// as the driver's tensor-map encoders take them.
+template <int kRank>
+std::array<cuuint64_t, kRank - 1> dense_float_strides(const cuuint64_t (&dims)[kRank]) {
+  std::array<cuuint64_t, kRank - 1> strides{};
+  cuuint64_t bytes = 4;
+  for (int i = 0; i + 1 < kRank; ++i) {
+    bytes *= dims[i];
+    strides[i] = bytes;
+  }
+  return strides;
+}
+
 // The driver function `name` (as of CUDA 12.0), reached through the runtime (the library does
 // not link the driver); null where the driver lacks it.
 inline void* driver_function(const char* name) {
@@ -1173,9 +1187,7 @@ inline cudaError_t make_x_im2col_map(const WgmmaConvParams& p, int pixels, CUten
   const cuuint64_t dims[5] = {static_cast<cuuint64_t>(p.C_in), static_cast<cuuint64_t>(p.W),
                               static_cast<cuuint64_t>(p.H), static_cast<cuuint64_t>(p.D),
                               static_cast<cuuint64_t>(p.N)};
-  const cuuint64_t strides[4] = {dims[0] * 4, dims[0] * dims[1] * 4,
-                                 dims[0] * dims[1] * dims[2] * 4,
-                                 dims[0] * dims[1] * dims[2] * dims[3] * 4};  // bytes, dims 1..4
+  const auto strides = dense_float_strides(dims);
   // The box of window corners (W, H, D): from -padding to the last output's corner.
   const int lower[3] = {static_cast<int>(-p.padding[2]), static_cast<int>(-p.padding[1]),
                         static_cast<int>(-p.padding[0])};
@@ -1186,9 +1198,9 @@ inline cudaError_t make_x_im2col_map(const WgmmaConvParams& p, int pixels, CUten
                                          static_cast<cuuint32_t>(p.stride[1]),
                                          static_cast<cuuint32_t>(p.stride[0]), 1};
   const CUresult r =
-      encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, const_cast<float*>(p.x), dims, strides, lower,
-             upper, /*channelsPerPixel=*/kWgmmaConvBK, /*pixelsPerColumn=*/pixels, element_strides,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, const_cast<float*>(p.x), dims, strides.data(),
+             lower, upper, /*channelsPerPixel=*/kWgmmaConvBK, /*pixelsPerColumn=*/pixels,
+             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -1220,12 +1232,12 @@ inline cudaError_t make_y_ncdhw_map(const WgmmaConvParams& p, int bn, CUtensorMa
   }
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.spatial), static_cast<cuuint64_t>(p.C_out),
                               static_cast<cuuint64_t>(p.N)};
-  const cuuint64_t strides[2] = {dims[0] * 4, dims[0] * dims[1] * 4};  // bytes, dims 1..2
+  const auto strides = dense_float_strides(dims);
   const cuuint32_t box[3] = {32, static_cast<cuuint32_t>(bn), 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult r =
-      encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, p.y, dims, strides, box, element_strides,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, p.y, dims, strides.data(), box,
+             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
              CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }

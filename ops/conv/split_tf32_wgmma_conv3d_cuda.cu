@@ -456,14 +456,12 @@ cudaError_t make_wgrad_x_map(const WgmmaWgradParams& p, CUtensorMap* map) {
   const cuuint64_t dims[5] = {static_cast<cuuint64_t>(p.W), static_cast<cuuint64_t>(p.H),
                               static_cast<cuuint64_t>(p.D), static_cast<cuuint64_t>(p.C_in),
                               static_cast<cuuint64_t>(p.N)};
-  const cuuint64_t strides[4] = {dims[0] * 4, dims[0] * dims[1] * 4,
-                                 dims[0] * dims[1] * dims[2] * 4,
-                                 dims[0] * dims[1] * dims[2] * dims[3] * 4};  // bytes, dims 1..4
+  const auto strides = dense_float_strides(dims);
   const cuuint32_t box[5] = {kWgradBK, 1, 1, kWgradBN, 1};
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   const CUresult r =
-      encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, const_cast<float*>(p.x), dims, strides, box,
-             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, const_cast<float*>(p.x), dims, strides.data(),
+             box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
