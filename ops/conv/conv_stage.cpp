@@ -482,6 +482,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_as_forward_backward(
   return {grad_input, grad_weight, grad_bias};
 }
 
+// Whether conv3d_backward of a convolution on `path` runs transposed_as_forward_backward (the
+// TF32 rewrite's, float32: its half types take eager's backward, not measured in NDHWC).
+bool backward_is_tf32_rewrite(const at::Tensor& input, ConvPath path) {
+  return path == ConvPath::kTransposedAsForward && input.scalar_type() == at::kFloat;
+}
+
 // conv_output_is_channels_last for the path select_conv_path chose: the float32 CUDA rewrites
 // of transposed convolutions compute NDHWC.
 bool computes_channels_last(const at::Tensor& input, ConvPath path) {
@@ -742,9 +748,9 @@ bool conv3d_backward_reads_channels_last(const at::Tensor& input, const at::Tens
 
 bool conv3d_backward_is_tf32(const at::Tensor& input, const at::Tensor& weight,
                              const Conv3dParams& p) {
-  return p.transposed && input.is_cuda() && input.scalar_type() == at::kFloat &&
-         select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm) ==
-             ConvPath::kTransposedAsForward;
+  return p.transposed &&
+         backward_is_tf32_rewrite(input,
+                                  select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm));
 }
 
 bool autograd_records(const at::Tensor& input, const at::Tensor& weight,
@@ -786,18 +792,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(const at::Tensor&
     device_guard.reset_device(input.device());
   }
   if (p.transposed) {
-    switch (select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm)) {
-      case ConvPath::kTransposedAsForwardSplitTf32:
-        return transposed_split_tf32_backward(grad_conv_output, input, weight, has_bias, p,
-                                              output_mask);
-      case ConvPath::kTransposedAsForward:  // (CUDA only: select_conv_path)
-        if (input.scalar_type() == at::kFloat) {
-          return transposed_as_forward_backward(grad_conv_output, input, weight, has_bias, p,
-                                                output_mask);
-        }
-        break;  // half types (not measured in NDHWC): eager's backward
-      default:
-        break;
+    const ConvPath path = select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm);
+    if (path == ConvPath::kTransposedAsForwardSplitTf32) {
+      return transposed_split_tf32_backward(grad_conv_output, input, weight, has_bias, p,
+                                            output_mask);
+    }
+    if (backward_is_tf32_rewrite(input, path)) {  // (CUDA only: select_conv_path)
+      return transposed_as_forward_backward(grad_conv_output, input, weight, has_bias, p,
+                                            output_mask);
     }
   }
   const int64_t c_out = grad_conv_output.size(1);
