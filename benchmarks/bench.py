@@ -163,6 +163,12 @@ def parse_args(argv=None):
         help="torch.set_num_threads on CPU (default: 1 with --quick, else unchanged); "
         "the CPU sweep runs 1 thread and this many (default: all, torch's default)",
     )
+    p.add_argument(
+        "--conv-bias",
+        action="store_true",
+        help="ConvTranspose3dReLUGroupNorm built with a conv bias (nn.ConvTranspose3d's "
+        "default; the headline model has none; Conv3dGroupNormMean always has one)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lib", default=None, help="path of libfused_ops.so (else fused_ops finds it)")
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder")
@@ -277,7 +283,7 @@ def main(argv=None):
         ]
     else:
         ceilings = {None: measure_ceilings(device, *sizes)}
-        workloads = make_workloads(fo, a.quick)
+        workloads = make_workloads(fo, a.quick, conv_bias=a.conv_bias)
         cases = [Case(name, workloads[name]) for name in a.only]
     restore_tf32(tf32_defaults)
     for threads, c in ceilings.items():

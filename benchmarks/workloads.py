@@ -284,9 +284,14 @@ def headline_sizes(fo):
     return sizes
 
 
-def make_workloads(fo, quick):
-    """name -> spec at the headline sizes (quick: tiny ones)."""
-    sizes = QUICK_SIZES if quick else headline_sizes(fo)
+def make_workloads(fo, quick, conv_bias=False):
+    """name -> spec at the headline sizes (quick: tiny ones); conv_bias: the conv models that
+    take a ``bias`` argument (ConvTranspose3dReLUGroupNorm) built with one."""
+    sizes = dict(QUICK_SIZES if quick else headline_sizes(fo))
+    if conv_bias:
+        for op, size in sizes.items():
+            if op in MODEL_CLASS and "bias" in size[0]:
+                sizes[op] = (dict(size[0], bias=True), size[1])
     return {op: make_spec(fo, op, sizes[op]) for op in WORKLOAD_NAMES}
 
 

@@ -7,8 +7,8 @@ where the kernel takes the shape (a sample of at least 128 positions, channels m
 multiple of 4 positions (a 32-position box that runs past a sample stored element by element),
 else NDHWC (then transposed for an NCDHW input). The conv output's gradient is rounded to TF32
 for it and for the weight gradient (our kernels' tensor cores would drop its low bits; cuDNN's
-kernels were less accurate on it unrounded too): by the GroupNorm backward as it writes it, or,
-where the conv bias's gradient (its float32 sum) is asked for, in place after that sum.
+kernels were less accurate on it unrounded too) by the GroupNorm backward as it writes it, which
+also sums it per channel before rounding it: the conv bias's gradient, with no pass of its own.
 Elsewhere cuDNN's convolutions run.
 
 Checked against float64 on each model's own ReLU mask (testing.compare_relu_gradients_on_own_
@@ -91,3 +91,29 @@ def test_input_gradient_runs_the_wgmma_kernel():
     assert any("split_tf32_wgmma_conv3d_kernel" in n for n in names), names
     assert any("split_tf32_wgmma_wgrad_kernel" in n for n in names), names
     assert not any("implicit_gemm" in n or "cudnn" in n.lower() for n in names), names
+
+
+@pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "tf32_off"])
+def test_conv_bias_gradient_is_the_group_norm_backwards_channel_sums(tf32, monkeypatch):
+    """Where the backward's convolutions read the conv output's gradient NDHWC (the rewrites of
+    conv_stage.cpp), the conv bias's gradient comes from the GroupNorm backward that writes it
+    (channel_sums_kernel over its tiles' sums), not from a reduction over it afterwards; its
+    values are test_gradients_vs_float64's."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
+    _, fused, x = _models_and_input("whole_boxes", True, "ncdhw")
+    m, gn = fused.conv_transpose, fused.group_norm
+    conv_args = (m.weight, m.bias, m.stride, m.padding, m.output_padding, m.groups, m.dilation)
+    args = (x, *conv_args, gn.num_groups, gn.weight, gn.bias, gn.eps)
+    path = fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args)
+    if not path.startswith("transposed_as_forward"):
+        pytest.skip(f"the convolution runs {path!r} on this device (not an NDHWC rewrite)")
+    x.requires_grad_(True)
+    out = fused(x)
+    grad = torch.randn_like(out)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out.backward(grad)
+        torch.cuda.synchronize()
+    names = [e.key for e in prof.key_averages()]
+    assert any("channel_sums_kernel" in n for n in names), names
+    assert not any("at::native::reduce_kernel" in n for n in names), names  # (ATen's sum)
+    assert m.bias.grad is not None and torch.isfinite(m.bias.grad).all()

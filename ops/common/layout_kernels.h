@@ -24,13 +24,4 @@ struct BatchedTransposeParams {
 // runs, reaches about half the copy bandwidth on these shapes).
 extern const CudaKernel<BatchedTransposeParams> batched_transpose_cuda;
 
-// In place, with no change of layout: data[0, count) each rounded to the nearest TF32 value (as
-// BatchedTransposeParams::round_to_tf32), for a tensor that TF32 convolutions read after
-// something else has read it at float32.
-struct Tf32RoundParams {
-  float* data;
-  int64_t count;
-};
-extern const CudaKernel<Tf32RoundParams> round_to_tf32_cuda;
-
 }  // namespace fused_ops

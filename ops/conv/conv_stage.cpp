@@ -360,17 +360,19 @@ at::Tensor input_grad_on_split_tf32_kernels(const char* op, const at::Tensor& dy
 
 // conv3d_backward of a transposed convolution that ran as transposed_as_forward_split_tf32: the
 // input gradient is a forward convolution of dy (split_tf32_input_grad_shape) and the weight
-// gradient that of the forward rewrite, both on the split-TF32 kernels; the bias gradient is
-// dy's sum per channel.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_split_tf32_backward(
-    const at::Tensor& grad_y, const at::Tensor& input, const at::Tensor& weight, bool has_bias,
-    const Conv3dParams& p, std::array<bool, 3> output_mask) {
+// gradient that of the forward rewrite, both on the split-TF32 kernels (the bias's gradient:
+// conv3d_backward).
+std::tuple<at::Tensor, at::Tensor> transposed_split_tf32_backward(const at::Tensor& grad_y,
+                                                                  const at::Tensor& input,
+                                                                  const at::Tensor& weight,
+                                                                  const Conv3dParams& p,
+                                                                  std::array<bool, 2> output_mask) {
 #ifdef FUSED_OPS_WITH_CUTLASS
   constexpr const char* kOp = "fused::conv_transpose3d_relu_group_norm (split-TF32 backward)";
   constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast3d;
   const Conv3dShape forward = split_tf32_params_of_transposed(input, weight, p).conv;
   const at::Tensor dy = aligned_16(float_cuda_in_format(grad_y, kChannelsLast));
-  at::Tensor grad_input, grad_weight, grad_bias;
+  at::Tensor grad_input, grad_weight;
   if (output_mask[0]) {
     grad_input = input_grad_on_split_tf32_kernels(kOp, dy, input, weight, forward, p,
                                                   /*tf32_products=*/false);
@@ -395,10 +397,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_split_tf32_backward(
                                                weight.sizes())
                       .contiguous(weight.suggest_memory_format());
   }
-  if (output_mask[2] && has_bias) {
-    grad_bias = grad_y.sum({0, 2, 3, 4});
-  }
-  return {grad_input, grad_weight, grad_bias};
+  return {grad_input, grad_weight};
 #else
   TORCH_INTERNAL_ASSERT(false, "split-TF32 convolution selected in a build without CUTLASS");
 #endif
@@ -420,12 +419,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_split_tf32_backward(
 // epilogue). Their tensor cores read dy as it lies, dropping its low bits, so dy holds TF32
 // values (conv3d_backward_is_tf32; cuDNN's kernels were less accurate on unrounded dy too: 3x
 // eager's error in a weight gradient, 2026-11-28): the GroupNorm backward rounds it as it
-// writes it, except where the bias's gradient (dy's float32 sum) is asked for; there dy is
-// rounded here, in place, once summed (grad_y is the GroupNorm backward's output, which nothing
-// reads after).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_as_forward_backward(
-    const at::Tensor& grad_y, const at::Tensor& input, const at::Tensor& weight, bool has_bias,
-    const Conv3dParams& p, std::array<bool, 3> output_mask) {
+// writes it (and sums it for the bias's gradient before: conv3d_backward).
+std::tuple<at::Tensor, at::Tensor> transposed_as_forward_backward(const at::Tensor& grad_y,
+                                                                  const at::Tensor& input,
+                                                                  const at::Tensor& weight,
+                                                                  const Conv3dParams& p,
+                                                                  std::array<bool, 2> output_mask) {
   constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast3d;
   constexpr const char* kOp = "fused::conv_transpose3d_relu_group_norm (TF32 backward)";
   const at::Tensor dy = aligned_16(float_cuda_in_format(grad_y, kChannelsLast));
@@ -439,16 +438,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_as_forward_backward(
   wgmma_weight_grad = output_mask[1] && p.groups == 1 &&
                       split_tf32_conv3d_cuda.weight_grad_ncdhw_input_supported(forward);
 #endif
-  at::Tensor grad_input, grad_weight, grad_bias;
-  if (output_mask[2] && has_bias) {
-    grad_bias = grad_y.sum({0, 2, 3, 4});
-#ifdef FUSED_OPS_WITH_CUDA
-    if (output_mask[0] || output_mask[1]) {
-      run_cuda_kernel(kOp, input, Tf32RoundParams{dy.mutable_data_ptr<float>(), dy.numel()},
-                      round_to_tf32_cuda);
-    }
-#endif
-  }
+  at::Tensor grad_input, grad_weight;
 #ifdef FUSED_OPS_WITH_CUTLASS
   if (wgmma_input_grad) {
     grad_input = input_grad_on_split_tf32_kernels(kOp, dy, input, weight, forward, p,
@@ -479,7 +469,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> transposed_as_forward_backward(
     grad_weight = transposed_weight_of_forward(forward_grad, p.groups, weight.sizes())
                       .contiguous(weight.suggest_memory_format());
   }
-  return {grad_input, grad_weight, grad_bias};
+  return {grad_input, grad_weight};
 }
 
 // Whether conv3d_backward of a convolution on `path` runs transposed_as_forward_backward (the
@@ -793,13 +783,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(const at::Tensor&
   }
   if (p.transposed) {
     const ConvPath path = select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm);
-    if (path == ConvPath::kTransposedAsForwardSplitTf32) {
-      return transposed_split_tf32_backward(grad_conv_output, input, weight, has_bias, p,
-                                            output_mask);
-    }
-    if (backward_is_tf32_rewrite(input, path)) {  // (CUDA only: select_conv_path)
-      return transposed_as_forward_backward(grad_conv_output, input, weight, has_bias, p,
-                                            output_mask);
+    const bool split_tf32 = path == ConvPath::kTransposedAsForwardSplitTf32;
+    if (split_tf32 || backward_is_tf32_rewrite(input, path)) {  // (CUDA only: select_conv_path)
+      // These read the gradient NDHWC (conv3d_backward_reads_channels_last), which the
+      // GroupNorm backward writes with its channel sums: the caller takes the bias's gradient
+      // there (as conv_transpose3d_relu_group_norm_backward does), before the gradient's
+      // rounding to TF32, instead of a pass over it here.
+      TORCH_INTERNAL_ASSERT(!has_grad_bias,
+                            "the bias's gradient of a transposed rewrite comes from its caller");
+      auto [grad_input, grad_weight] =
+          split_tf32 ? transposed_split_tf32_backward(grad_conv_output, input, weight, p,
+                                                      {output_mask[0], output_mask[1]})
+                     : transposed_as_forward_backward(grad_conv_output, input, weight, p,
+                                                      {output_mask[0], output_mask[1]});
+      return {grad_input, grad_weight, at::Tensor()};
     }
   }
   const int64_t c_out = grad_conv_output.size(1);

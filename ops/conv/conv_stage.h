@@ -123,15 +123,16 @@ bool conv3d_backward_reads_channels_last(const at::Tensor& input, const at::Tens
 // Whether conv3d_backward's convolutions read that gradient with TF32 products (the float32
 // rewrite of a transposed convolution with TF32 allowed, CUDA; our wgmma kernels read it as it
 // lies, dropping its low bits): the GroupNorm backward before it then rounds it to TF32 as it
-// writes it, unless the bias's gradient (its float32 sum) is asked for, in which case
-// conv3d_backward rounds it in place once it has summed it (for cuDNN's kernels too).
+// writes it (having summed it per channel first where the bias's gradient is asked for).
 bool conv3d_backward_is_tf32(const at::Tensor& input, const at::Tensor& weight,
                              const Conv3dParams& params);
 
 // Gradients of run_conv3d's (grad_input, grad_weight, grad_bias) given the gradient of its
 // output (any layout), each undefined where output_mask is false (grad_bias also when has_bias is
 // false); grad_input and grad_weight in the memory formats that input and weight suggest. For Meta
-// tensors, the empty gradients.
+// tensors, the empty gradients. Where the backward reads that gradient NDHWC
+// (conv3d_backward_reads_channels_last), the caller takes the bias's gradient from the kernel
+// that wrote it (the GroupNorm backward's channel sums) and passes has_bias false.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(
     const at::Tensor& grad_conv_output, const at::Tensor& input, const at::Tensor& weight,
     bool has_bias, const Conv3dParams& params, std::array<bool, 3> output_mask);

@@ -140,18 +140,28 @@ conv_transpose3d_relu_group_norm_backward(const at::Tensor& grad_output, const a
   // reads it with TF32 products: our wgmma kernels would otherwise drop its low bits (round
   // toward zero), which put the headline's input gradient at 1.58x eager's error against
   // float64; cuDNN's weight gradient of the rewrite (where ours does not take the shape) was at
-  // 3x on a small shape (H100, 2026-11-28). Not where the conv bias's gradient is asked for:
-  // that one is its sum, float32 in eager (conv3d_backward_is_tf32).
-  const bool grad_conv_output_tf32_rounded =
-      conv3d_backward_is_tf32(input, weight, params) && !(has_conv_bias && output_mask[2]);
-  return conv_group_norm_backward(
-      kBackwardName, input, weight, conv_output, has_conv_bias, params, output_mask,
+  // 3x on a small shape (H100, 2026-11-28).
+  const bool grad_conv_output_tf32_rounded = conv3d_backward_is_tf32(input, weight, params);
+  // The conv bias's gradient, the conv output gradient's sum per channel, from the GroupNorm
+  // backward where it writes that gradient NDHWC (conv3d_backward's contract): its kernel sums
+  // the values before it rounds them (float32 per tile, the tiles in double), so no pass reads
+  // the gradient again for it.
+  const bool conv_bias_grad_from_norm =
+      has_conv_bias && output_mask[2] && grad_conv_output_channels_last;
+  at::Tensor grad_conv_bias;
+  auto grads = conv_group_norm_backward(
+      kBackwardName, input, weight, conv_output, has_conv_bias && !conv_bias_grad_from_norm, params,
+      output_mask,
       /*batch_chunks=*/1, [&](std::array<bool, 3> mask, const BatchSlice& slice) {
         return norm::relu_group_norm_backward_in_layout(
             slice.of(grad_output), slice.of(conv_output), slice.of(mean), slice.of(rstd),
             num_groups, gn_weight, mask, grad_conv_output_channels_last,
-            grad_conv_output_tf32_rounded);
+            grad_conv_output_tf32_rounded, conv_bias_grad_from_norm ? &grad_conv_bias : nullptr);
       });
+  if (conv_bias_grad_from_norm) {
+    std::get<2>(grads) = grad_conv_bias;
+  }
+  return grads;
 }
 
 std::string conv_transpose3d_relu_group_norm_path(

@@ -66,6 +66,11 @@ struct ReluGroupNormBackwardParams {
   // With dx_channels_last and float32: dx rounded to the nearest TF32 value, for TF32
   // convolutions that read it (whose tensor cores would drop its low bits: a bias toward zero).
   bool dx_tf32_rounded;
+  // Optional (with dx_channels_last, CUDA only; null: not written): per channel c, the sum over
+  // (n, positions) of dx before any rounding (C entries, x's dtype): the gradient of a conv
+  // bias that x includes, without a pass of its own over dx (and dx rounded to TF32 as it is
+  // written even where that gradient is asked for).
+  void* dx_channel_sums = nullptr;
 };
 
 // group_norm_mean forward: out (N) = mean over (c, *) of group_norm(x); mean, rstd: (N, G);

@@ -6,6 +6,8 @@
 #include "norm/norm_host.h"
 #include "norm/norm_kernels.h"
 
+#include <vector>
+
 namespace fused_ops {
 namespace norm {
 namespace {
@@ -95,16 +97,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward(
 std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layout(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,
     const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
-    std::array<bool, 3> output_mask, bool grad_input_channels_last, bool grad_input_tf32_rounded) {
+    std::array<bool, 3> output_mask, bool grad_input_channels_last, bool grad_input_tf32_rounded,
+    at::Tensor* grad_input_channel_sums) {
   const SymGroupNormShape s =
       check_group_norm_args(kBackwardName, input, num_groups, weight, c10::nullopt, 0.0);
   check_group_norm_backward_args(kBackwardName, grad_output, input.sym_sizes(), input, s, mean,
                                  rstd);
+  TORCH_INTERNAL_ASSERT(grad_input_channel_sums == nullptr || output_mask[0],
+                        "grad_input's channel sums need grad_input");
   const bool dx_channels_last =
       grad_input_channels_last && input.dim() == 5 && (input.is_cuda() || input.is_meta());
   const NormBackwardTensors t = prepare_norm_backward(
       grad_output, input, mean, rstd, weight, s, output_mask,
       dx_channels_last ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::Contiguous);
+  // The channel sums from the kernel that writes grad_input channels-last (before its rounding);
+  // elsewhere ATen's sum of grad_input, below.
+  const bool channel_sums_in_kernel = grad_input_channel_sums != nullptr && dx_channels_last;
+  at::Tensor channel_sums;
+  if (channel_sums_in_kernel) {
+    channel_sums = t.run_kernel ? at::empty_symint({input.sym_size(1)}, input.options())
+                                : at::zeros_symint({input.sym_size(1)}, input.options());
+  }
   if (t.run_kernel) {
     const ReluGroupNormBackwardParams params{scalar_kind(t.input.scalar_type()),
                                              concrete(s),
@@ -117,8 +130,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layou
                                              mutable_data_or_null(t.grad_weight),
                                              mutable_data_or_null(t.grad_bias),
                                              dx_channels_last,
-                                             dx_channels_last && grad_input_tf32_rounded};
+                                             dx_channels_last && grad_input_tf32_rounded,
+                                             mutable_data_or_null(channel_sums)};
     run_kernel(kBackwardName, t.input, params, kBackwardKernels);
+  }
+  if (grad_input_channel_sums != nullptr) {
+    if (channel_sums_in_kernel) {
+      *grad_input_channel_sums = channel_sums;
+    } else {
+      std::vector<int64_t> reduced{0};
+      for (int64_t d = 2; d < input.dim(); ++d) {
+        reduced.push_back(d);
+      }
+      *grad_input_channel_sums = t.grad_input.sum(reduced);
+    }
   }
   return t.grads();
 }

@@ -57,11 +57,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward(
 // The same, for a conv operator whose convolution backward reads NDHWC: with
 // grad_input_channels_last, grad_input is channels_last_3d, written so by the kernel (CUDA and
 // 5-d inputs only; elsewhere grad_input is contiguous), and with grad_input_tf32_rounded also
-// rounded to TF32 (float32 only; for TF32 convolutions: ReluGroupNormBackwardParams).
+// rounded to TF32 (float32 only; for TF32 convolutions: ReluGroupNormBackwardParams). Where
+// grad_input_channel_sums is not null (grad_input asked for), it is set to grad_input's sum
+// over every dimension but 1, taken before the rounding (a conv bias's gradient; computed by
+// the kernel as it writes grad_input channels-last, else by ATen's sum).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layout(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,
     const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
-    std::array<bool, 3> output_mask, bool grad_input_channels_last, bool grad_input_tf32_rounded);
+    std::array<bool, 3> output_mask, bool grad_input_channels_last, bool grad_input_tf32_rounded,
+    at::Tensor* grad_input_channel_sums = nullptr);
 
 // The forward kernel that reads `input` on `device`: "relu_group_norm", or
 // "relu_group_norm_channels_last" (a channels-last input read in place).

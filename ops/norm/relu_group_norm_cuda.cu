@@ -35,13 +35,17 @@
 //      dx_channels_last, relu_backward_input_channels_last_kernel: the same values written
 //      (N, HxW, C) through 32 x 64 shared-memory tiles (a conv operator's backward convolution
 //      reads NDHWC: writing dx so costs less than a transpose of it afterwards), rounded to
-//      TF32 with dx_tf32_rounded (for TF32 convolutions, which read it as it lies).
+//      TF32 with dx_tf32_rounded (for TF32 convolutions, which read it as it lies). With
+//      dx_channel_sums (a conv bias's gradient: dx's sum per channel, before the rounding),
+//      each tile also writes its channels' sums (float32 for float), and channel_sums_kernel
+//      adds a channel's partials in double, one block per channel: no pass over dx for them.
 //   4. affine_param_grads_kernel (row_kernels.cuh), one warp per channel c, over n in a fixed
 //   order:
 //        dweight[c] = sum_n (ds - db * mean[n, g]) * rstd[n, g],  dbias[c] = sum_n db.
 //
 // Workspace (float headline): forward 157,696 B of chunk pairs + 24 KB of center/scale/shift;
-// backward 160 KB of chunk pairs + 32 KB of row sums + 24 KB of coefficients.
+// backward 160 KB of chunk pairs + 32 KB of row sums + 24 KB of coefficients (+ 5 MB of tile
+// sums with dx_channel_sums: 128 channels x 16 samples x 615 tiles).
 #include "common/cuda/cuda_kernel.cuh"
 #include "common/cuda/tf32_rounding.cuh"
 #include "norm/channels_last_kernels.h"
@@ -118,14 +122,12 @@ constexpr int kLayoutRowStep = kThreads / kWarpSize;                  // 8 warps
 constexpr int kLayoutRowsPerWarp = kLayoutChannels / kLayoutRowStep;  // 4
 
 template <typename scalar_t, typename acc_t>
-__global__ void __launch_bounds__(kThreads)
-    relu_backward_input_channels_last_kernel(const scalar_t* __restrict__ x,
-                                             const scalar_t* __restrict__ dy,
-                                             scalar_t* __restrict__ dx,
-                                             ReluBackwardInputOp<acc_t> op, int64_t C, int64_t HxW,
-                                             int64_t channel_tiles, int64_t position_tiles,
-                                             bool round_to_tf32) {
+__global__ void __launch_bounds__(kThreads) relu_backward_input_channels_last_kernel(
+    const scalar_t* __restrict__ x, const scalar_t* __restrict__ dy, scalar_t* __restrict__ dx,
+    ReluBackwardInputOp<acc_t> op, int64_t C, int64_t HxW, int64_t channel_tiles,
+    int64_t position_tiles, bool round_to_tf32, acc_t* __restrict__ channel_partials) {
   __shared__ acc_t tile[kLayoutChannels][kLayoutPositions + 1];
+  __shared__ acc_t warp_channel_sums[kLayoutRowStep][kWarpSize];
   int64_t block = blockIdx.x;
   const int64_t s0 = block % position_tiles * kLayoutPositions;
   block /= position_tiles;
@@ -162,15 +164,52 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const int64_t c = c0 + lane;
+  acc_t channel_sum = acc_t(0);  // of this thread's positions of channel c, before rounding
   for (int r = warp; r < kLayoutPositions; r += kLayoutRowStep) {
     const int64_t s = s0 + r;
     if (c < C && s < HxW) {
       acc_t v = tile[lane][r];
+      channel_sum += v;
       if constexpr (std::is_same_v<scalar_t, float>) {
         v = round_to_tf32 ? tf32_rounded(v) : v;
       }
       dx[(n * HxW + s) * C + c] = ScalarOps<scalar_t>::from_acc(v);
     }
+  }
+  if (channel_partials != nullptr) {  // (the same for the whole grid)
+    // The tile's sum per channel, its warps added in order: one partial per (channel, sample,
+    // position tile), channel-major for channel_sums_kernel.
+    warp_channel_sums[warp][lane] = channel_sum;
+    __syncthreads();
+    if (warp == 0 && c < C) {
+      acc_t tile_sum = warp_channel_sums[0][lane];
+#pragma unroll
+      for (int w = 1; w < kLayoutRowStep; ++w) {
+        tile_sum += warp_channel_sums[w][lane];
+      }
+      const int64_t partials_per_channel = gridDim.x / channel_tiles;  // N * position_tiles
+      channel_partials[c * partials_per_channel + n * position_tiles + s0 / kLayoutPositions] =
+          tile_sum;
+    }
+  }
+}
+
+// Backward, after step 3 where the conv bias's gradient is asked for: sums[c] = the sum of
+// channel c's `count` partials (relu_backward_input_channels_last_kernel's tile sums), in double,
+// in a fixed order (thread-strided, then block_reduce_sum). One block per channel.
+template <typename scalar_t, typename acc_t>
+__global__ void __launch_bounds__(kThreads)
+    channel_sums_kernel(const acc_t* __restrict__ partials, int64_t count,
+                        scalar_t* __restrict__ sums) {
+  __shared__ double2 scratch[kWarpsPerBlock];
+  const acc_t* channel = partials + static_cast<int64_t>(blockIdx.x) * count;
+  double s = 0.0;
+  for (int64_t k = threadIdx.x; k < count; k += kThreads) {
+    s += static_cast<double>(channel[k]);
+  }
+  const double2 total = block_reduce_sum(make_double2(s, 0.0), scratch);
+  if (threadIdx.x == 0) {
+    sums[blockIdx.x] = ScalarOps<scalar_t>::from_acc(static_cast<acc_t>(total.x));
   }
 }
 
@@ -282,20 +321,27 @@ ForwardWorkspace<T, S> forward_workspace(void* base, int64_t N, int64_t C, int64
 template <typename T, typename S>
 struct BackwardWorkspace {
   ReducePlan plan;
-  double2* partials;  // N * C * chunks
-  double2* row_sums;  // N * C (used when chunks > 1)
-  S* coefficients;    // 3 * N * C
+  double2* partials;       // N * C * chunks
+  double2* row_sums;       // N * C (used when chunks > 1)
+  S* coefficients;         // 3 * N * C
+  S* dx_channel_partials;  // C * N * position tiles (with dx_channel_sums only)
   size_t bytes;
 };
 
+// The tiles of relu_backward_input_channels_last_kernel along a sample's positions.
+inline int64_t layout_position_tiles(int64_t HxW) { return ceil_div(HxW, kLayoutPositions); }
+
 template <typename T, typename S>
-BackwardWorkspace<T, S> backward_workspace(void* base, int64_t N, int64_t C, int64_t HxW) {
+BackwardWorkspace<T, S> backward_workspace(void* base, const norm::ReluGroupNormBackwardParams& p) {
+  const int64_t N = p.sizes.N, C = p.sizes.C, HxW = p.sizes.HxW;
   BackwardWorkspace<T, S> ws;
   WorkspaceCarver carver(base);
   ws.plan = make_reduce_plan(HxW, ScalarOps<T>::kVecElems);
   ws.partials = carver.take<double2>(N * C * ws.plan.chunks_per_segment);
   ws.row_sums = carver.take<double2>(ws.plan.chunks_per_segment > 1 ? N * C : 0);
   ws.coefficients = carver.take<S>(3 * N * C);
+  ws.dx_channel_partials =
+      carver.take<S>(p.dx_channel_sums != nullptr ? C * N * layout_position_tiles(HxW) : 0);
   ws.bytes = carver.bytes();
   return ws;
 }
@@ -361,8 +407,10 @@ cudaError_t launch_backward(const norm::ReluGroupNormBackwardParams& p, void* wo
   const int64_t N = p.sizes.N, C = p.sizes.C, G = p.sizes.G, HxW = p.sizes.HxW;
   const int64_t Cg = C / G;
   const int64_t rows = N * C;
-  const BackwardWorkspace<scalar_t, acc_t> ws =
-      backward_workspace<scalar_t, acc_t>(workspace, N, C, HxW);
+  if (p.dx_channel_sums != nullptr && !(p.dx_channels_last && dx != nullptr)) {
+    return cudaErrorInvalidValue;  // (the channels-last dx kernel's only: the host checks)
+  }
+  const BackwardWorkspace<scalar_t, acc_t> ws = backward_workspace<scalar_t, acc_t>(workspace, p);
 
   // 1. Per-row ds = sum(dy * relu(x)), db = sum(dy).
   const bool vectorized_sums = HxW % kNatural == 0 && is_aligned_16(x) && is_aligned_16(dy);
@@ -385,15 +433,21 @@ cudaError_t launch_backward(const norm::ReluGroupNormBackwardParams& p, void* wo
     const ReluBackwardInputOp<acc_t> input_grad{ws.coefficients};
     if (p.dx_channels_last) {
       const int64_t channel_tiles = ceil_div(C, kLayoutChannels);
-      const int64_t position_tiles = ceil_div(HxW, kLayoutPositions);
+      const int64_t position_tiles = layout_position_tiles(HxW);
       const int64_t blocks = N * channel_tiles * position_tiles;
-      if (!grid_fits(blocks)) {
+      if (!grid_fits(blocks) || (p.dx_channel_sums != nullptr && !grid_fits(C))) {
         return cudaErrorInvalidConfiguration;
       }
       relu_backward_input_channels_last_kernel<scalar_t, acc_t>
           <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-              x, dy, dx, input_grad, C, HxW, channel_tiles, position_tiles, p.dx_tf32_rounded);
+              x, dy, dx, input_grad, C, HxW, channel_tiles, position_tiles, p.dx_tf32_rounded,
+              p.dx_channel_sums != nullptr ? ws.dx_channel_partials : nullptr);
       FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+      if (p.dx_channel_sums != nullptr) {
+        channel_sums_kernel<scalar_t, acc_t><<<static_cast<unsigned>(C), kThreads, 0, stream>>>(
+            ws.dx_channel_partials, N * position_tiles, static_cast<scalar_t*>(p.dx_channel_sums));
+        FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+      }
     } else {
       const bool vectorized_map =
           HxW % kNatural == 0 && is_aligned_16(x) && is_aligned_16(dy) && is_aligned_16(dx);
@@ -432,9 +486,7 @@ struct ForwardFamily {
 template <typename T>
 struct BackwardFamily {
   static size_t workspace_bytes(const norm::ReluGroupNormBackwardParams& p) {
-    return backward_workspace<T, typename ScalarOps<T>::acc_t>(nullptr, p.sizes.N, p.sizes.C,
-                                                               p.sizes.HxW)
-        .bytes;
+    return backward_workspace<T, typename ScalarOps<T>::acc_t>(nullptr, p).bytes;
   }
   static cudaError_t launch(const norm::ReluGroupNormBackwardParams& p, void* workspace,
                             cudaStream_t stream) {
