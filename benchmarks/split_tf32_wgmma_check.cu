@@ -487,6 +487,8 @@ int main(int argc, char** argv) {
     {"C_in 8, C_out 200 on 22^3, N 2",            2, 8, 22, 22, 22, 200, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false},
     // 4 positions a sample: a box of 32 rows of the NCDHW stores spans 8 samples.
     {"N 7 of 4 positions (1x2x2), C_out 12",      7, 8, 1, 2, 2, 12,     {1, 1, 1}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, false},
+    // Unpadded 3x3x3 (an input gradient's family) on odd sizes: rows of 9, samples of 315.
+    {"36 -> 20 on 5x7x9, N 3, no padding",        3, 36, 5, 7, 9, 20,    {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, {1, 1, 1}, false},
   };
   // The weight gradient's (stride 1, W a multiple of 4), besides the headline forward's.
   const std::vector<Problem> wgrad_problems = {
