@@ -180,10 +180,10 @@ at::Tensor transposed_as_forward(const at::Tensor& input, const at::Tensor& weig
 
 // The split-TF32 tensor-core convolution (split_tf32_conv3d.cuh) computing a rewritable
 // transposed convolution with one conv group, as a forward one: its params with the shape
-// set and the pointers null.
-Conv3dChannelsLastParams split_tf32_params_of_transposed(const at::Tensor& input,
-                                                         const at::Tensor& weight,
-                                                         const Conv3dParams& p) {
+// set and the pointers null. (Unused in builds without CUDA.)
+[[maybe_unused]] Conv3dChannelsLastParams split_tf32_params_of_transposed(const at::Tensor& input,
+                                                                          const at::Tensor& weight,
+                                                                          const Conv3dParams& p) {
   const Conv3dParams forward{{1, 1, 1},    forward_padding_of_transposed(weight, p),
                              {0, 0, 0},    p.dilation,
                              /*groups=*/1, /*transposed=*/false};
@@ -195,8 +195,10 @@ Conv3dChannelsLastParams split_tf32_params_of_transposed(const at::Tensor& input
 // The forward convolution that computes the input gradient of the transposed convolution whose
 // forward rewrite is `forward`: dx[n, ci, i] = sum over (co, t) of
 // dy[n, co, i - padding + t * dilation] * weight[ci, co, t], a convolution of dy (C_out
-// channels) with the transposed convolution's own padding, taps not flipped.
-Conv3dShape split_tf32_input_grad_shape(const Conv3dShape& forward, const Conv3dParams& p) {
+// channels) with the transposed convolution's own padding, taps not flipped. (Unused in builds
+// without CUDA.)
+[[maybe_unused]] Conv3dShape split_tf32_input_grad_shape(const Conv3dShape& forward,
+                                                         const Conv3dParams& p) {
   Conv3dShape s = forward;
   s.C_in = forward.C_out;
   s.C_out = forward.C_in;
@@ -426,7 +428,8 @@ std::tuple<at::Tensor, at::Tensor> transposed_as_forward_backward(const at::Tens
                                                                   const Conv3dParams& p,
                                                                   std::array<bool, 2> output_mask) {
   constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast3d;
-  constexpr const char* kOp = "fused::conv_transpose3d_relu_group_norm (TF32 backward)";
+  [[maybe_unused]] constexpr const char* kOp =  // (our kernels' error messages: CUTLASS builds)
+      "fused::conv_transpose3d_relu_group_norm (TF32 backward)";
   const at::Tensor dy = aligned_16(float_cuda_in_format(grad_y, kChannelsLast));
   bool wgmma_input_grad = false, wgmma_weight_grad = false;
 #ifdef FUSED_OPS_WITH_CUTLASS
