@@ -75,19 +75,24 @@ def test_gradients_vs_float64(case, layout, bias):
     assert not failures, "\n".join(failures)
 
 
-def test_input_gradient_runs_the_wgmma_kernel():
-    """The profile of a step: on Hopper the backward's convolutions are our wgmma kernels (the
-    input gradient's and the weight gradient's), no cuDNN convolution."""
-    if fused_ops.split_tf32_conv_kernel() != "wgmma":
-        pytest.skip("the wgmma kernels run on sm_90 devices (and builds with CUTLASS)")
-    _, fused, x = _models_and_input("whole_boxes", False, "ncdhw")
+def _backward_kernel_names(fused, x):
+    """The CUDA kernels (profiler keys) of fused(x)'s backward for a random output gradient."""
     x.requires_grad_(True)
     out = fused(x)
     grad = torch.randn_like(out)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         out.backward(grad)
         torch.cuda.synchronize()
-    names = [e.key for e in prof.key_averages()]
+    return [e.key for e in prof.key_averages()]
+
+
+def test_input_gradient_runs_the_wgmma_kernel():
+    """The profile of a step: on Hopper the backward's convolutions are our wgmma kernels (the
+    input gradient's and the weight gradient's), no cuDNN convolution."""
+    if fused_ops.split_tf32_conv_kernel() != "wgmma":
+        pytest.skip("the wgmma kernels run on sm_90 devices (and builds with CUTLASS)")
+    _, fused, x = _models_and_input("whole_boxes", False, "ncdhw")
+    names = _backward_kernel_names(fused, x)
     assert any("split_tf32_wgmma_conv3d_kernel" in n for n in names), names
     assert any("split_tf32_wgmma_wgrad_kernel" in n for n in names), names
     assert not any("implicit_gemm" in n or "cudnn" in n.lower() for n in names), names
@@ -107,13 +112,7 @@ def test_conv_bias_gradient_is_the_group_norm_backwards_channel_sums(tf32, monke
     path = fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args)
     if not path.startswith("transposed_as_forward"):
         pytest.skip(f"the convolution runs {path!r} on this device (not an NDHWC rewrite)")
-    x.requires_grad_(True)
-    out = fused(x)
-    grad = torch.randn_like(out)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out.backward(grad)
-        torch.cuda.synchronize()
-    names = [e.key for e in prof.key_averages()]
+    names = _backward_kernel_names(fused, x)
     assert any("channel_sums_kernel" in n for n in names), names
     assert not any("at::native::reduce_kernel" in n for n in names), names  # (ATen's sum)
     assert m.bias.grad is not None and torch.isfinite(m.bias.grad).all()

@@ -390,27 +390,18 @@ cudaError_t launch_wgmma_slab_conv3d(const conv::Conv3dShape& s, const float* x,
   if (e != cudaSuccess) {
     return e;
   }
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = Tile::kCluster;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.blockDim = dim3(kWgmmaConvBlockThreads);
-  config.dynamicSmemBytes = Tile::kSmemBytes;
-  config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  config.gridDim = dim3(static_cast<unsigned>(sms / Tile::kCluster * Tile::kCluster));
+  ClusterLaunchConfig launch(Tile::kCluster,
+                             static_cast<unsigned>(sms / Tile::kCluster * Tile::kCluster),
+                             Tile::kSmemBytes, stream);
   int clusters = 0;
-  e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+  e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config);
   if (e != cudaSuccess || clusters <= 0) {
     return e != cudaSuccess ? e : cudaErrorInvalidConfiguration;
   }
   const int64_t groups = ((p.M + Tile::kBM - 1) / Tile::kBM + Tile::kCluster - 1) / Tile::kCluster;
-  config.gridDim =
+  launch.config.gridDim =
       dim3(static_cast<unsigned>((groups < clusters ? groups : clusters) * Tile::kCluster));
-  return cudaLaunchKernelEx(&config, kernel, p, map);
+  return cudaLaunchKernelEx(&launch.config, kernel, p, map);
 }
 
 }  // namespace gpu

@@ -431,6 +431,7 @@ std::tuple<at::Tensor, at::Tensor> transposed_as_forward_backward(const at::Tens
   [[maybe_unused]] constexpr const char* kOp =  // (our kernels' error messages: CUTLASS builds)
       "fused::conv_transpose3d_relu_group_norm (TF32 backward)";
   const at::Tensor dy = aligned_16(float_cuda_in_format(grad_y, kChannelsLast));
+  at::Tensor grad_input, grad_weight;
   bool wgmma_input_grad = false, wgmma_weight_grad = false;
 #ifdef FUSED_OPS_WITH_CUTLASS
   const Conv3dShape forward =
@@ -440,9 +441,6 @@ std::tuple<at::Tensor, at::Tensor> transposed_as_forward_backward(const at::Tens
       split_tf32_conv3d_cuda.forward_tf32_supported(split_tf32_input_grad_shape(forward, p));
   wgmma_weight_grad = output_mask[1] && p.groups == 1 &&
                       split_tf32_conv3d_cuda.weight_grad_ncdhw_input_supported(forward);
-#endif
-  at::Tensor grad_input, grad_weight;
-#ifdef FUSED_OPS_WITH_CUTLASS
   if (wgmma_input_grad) {
     grad_input = input_grad_on_split_tf32_kernels(kOp, dy, input, weight, forward, p,
                                                   /*tf32_products=*/true);

@@ -1242,6 +1242,30 @@ inline cudaError_t make_y_ncdhw_map(const WgmmaConvParams& p, int bn, CUtensorMa
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// A launch configuration of `grid` blocks of kWgmmaConvBlockThreads in clusters of
+// `blocks_per_cluster` (along x), with `smem_bytes` of dynamic shared memory, for
+// cudaOccupancyMaxActiveClusters and cudaLaunchKernelEx. (Not copyable: config points at
+// cluster.)
+struct ClusterLaunchConfig {
+  cudaLaunchAttribute cluster{};
+  cudaLaunchConfig_t config{};
+  ClusterLaunchConfig(int blocks_per_cluster, unsigned grid, size_t smem_bytes,
+                      cudaStream_t stream) {
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned>(blocks_per_cluster);
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.blockDim = dim3(kWgmmaConvBlockThreads);
+    config.dynamicSmemBytes = smem_bytes;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    config.gridDim = dim3(grid);
+  }
+  ClusterLaunchConfig(const ClusterLaunchConfig&) = delete;
+  ClusterLaunchConfig& operator=(const ClusterLaunchConfig&) = delete;
+};
+
 // The blocks a launch of the kernel with `Tile` runs at once on the current device (persistent:
 // a block per SM, in clusters of Tile::kCluster as many as fit together: the GPCs' sizes may
 // leave SMs out), into *blocks. Queried once per device (PerDevice).
@@ -1260,19 +1284,11 @@ cudaError_t wgmma_conv_resident_blocks(int* blocks) {
     if constexpr (Tile::kCluster == 1) {
       return std::make_unique<int>(sms);
     } else {
-      cudaLaunchConfig_t config{};
-      cudaLaunchAttribute cluster{};
-      cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = Tile::kCluster;
-      cluster.val.clusterDim.y = 1;
-      cluster.val.clusterDim.z = 1;
-      config.blockDim = dim3(kWgmmaConvBlockThreads);
-      config.dynamicSmemBytes = Tile::kSmemBytes;
-      config.attrs = &cluster;
-      config.numAttrs = 1;
-      config.gridDim = dim3(static_cast<unsigned>(sms / Tile::kCluster * Tile::kCluster));
+      const ClusterLaunchConfig launch(Tile::kCluster,
+                                       static_cast<unsigned>(sms / Tile::kCluster * Tile::kCluster),
+                                       Tile::kSmemBytes, nullptr);
       int clusters = 0;
-      error = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+      error = cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config);
       if (error == cudaSuccess && clusters <= 0) {
         error = cudaErrorInvalidConfiguration;
       }
@@ -1338,19 +1354,8 @@ cudaError_t launch_split_tf32_wgmma_conv3d(const WgmmaConvParams& p, cudaStream_
     kernel<<<grid, kWgmmaConvBlockThreads, Tile::kSmemBytes, stream>>>(p, x_map, y_map);
     return cudaGetLastError();
   } else {
-    cudaLaunchConfig_t config{};
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = kCluster;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.blockDim = dim3(kWgmmaConvBlockThreads);
-    config.dynamicSmemBytes = Tile::kSmemBytes;
-    config.stream = stream;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    config.gridDim = dim3(grid);
-    return cudaLaunchKernelEx(&config, kernel, p, x_map, y_map);
+    const ClusterLaunchConfig launch(kCluster, grid, Tile::kSmemBytes, stream);
+    return cudaLaunchKernelEx(&launch.config, kernel, p, x_map, y_map);
   }
 }
 
