@@ -10,6 +10,14 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/cuda.h>
 
+#include <cstdint>
+#include <cstring>
+
+#ifdef FUSED_OPS_WITH_CUDA
+#include "common/layout_kernels.h"
+#include "common/run_kernel.h"
+#endif
+
 using namespace fused_ops_test;
 
 namespace {
@@ -534,4 +542,65 @@ TEST_CASE("CUDA: float32 transposed convolutions with TF32 off run the split-TF3
       check_conv_case(true, c, at::kFloat, kCUDA, layout, cuda_tol(at::kFloat),
                       /*input_offset=*/1.0);
   }
+}
+
+#ifdef FUSED_OPS_WITH_CUDA
+namespace {
+
+// v rounded to the nearest TF32 value (10 mantissa bits), ties to even; infinities and NaN kept.
+float round_to_tf32_reference(float v) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(bits));
+  if ((bits & 0x7f800000u) != 0x7f800000u) {
+    const uint32_t dropped = bits & 0x1fffu, kept_lsb = (bits >> 13) & 1u;
+    bits &= ~0x1fffu;
+    if (dropped > 0x1000u || (dropped == 0x1000u && kept_lsb != 0u)) {
+      bits += 0x2000u;
+    }
+  }
+  float r = 0.0f;
+  std::memcpy(&r, &bits, sizeof(r));
+  return r;
+}
+
+}  // namespace
+#endif
+
+TEST_CASE("CUDA: the batched transpose moves every value (both tile shapes, TF32 rounding)",
+          "[cuda][layout]") {
+  SKIP_WITHOUT_CUDA();
+#ifdef FUSED_OPS_WITH_CUDA
+  at::manual_seed(41);
+  struct Shape {
+    int64_t batches, rows, cols, offset;  // offset: floats before the input's first value
+  };
+  // The 64 x 64 float4 tiles (multiples of 4, aligned: whole and partial tiles) and the 32 x 32
+  // scalar tiles (odd sizes, a misaligned input).
+  for (const Shape& sh :
+       {Shape{2, 64, 4096, 0}, Shape{3, 36, 100, 0}, Shape{1, 128, 8, 0}, Shape{2, 4, 260, 0},
+        Shape{2, 5, 7, 0}, Shape{1, 64, 210, 0}, Shape{2, 64, 256, 1}})
+    for (bool round : {false, true}) {
+      const int64_t count = sh.batches * sh.rows * sh.cols;
+      const at::Tensor storage = at::randn({count + sh.offset}) * 3.0;
+      const at::Tensor in_cpu = storage.narrow(0, sh.offset, count);
+      const at::Tensor in = storage.to(kCUDA).narrow(0, sh.offset, count);
+      at::Tensor out = at::empty({count}, in.options());
+      fused_ops::BatchedTransposeParams params{
+          in.const_data_ptr<float>(), out.mutable_data_ptr<float>(), sh.batches, sh.rows, sh.cols};
+      params.round_to_tf32 = round;
+      fused_ops::run_cuda_kernel("batched transpose test", in, params,
+                                 fused_ops::batched_transpose_cuda);
+      at::Tensor expected =
+          in_cpu.view({sh.batches, sh.rows, sh.cols}).transpose(1, 2).contiguous().view({count});
+      if (round) {
+        float* e = expected.data_ptr<float>();
+        for (int64_t i = 0; i < count; ++i) {
+          e[i] = round_to_tf32_reference(e[i]);
+        }
+      }
+      INFO("batches " << sh.batches << ", rows " << sh.rows << ", cols " << sh.cols << ", offset "
+                      << sh.offset << (round ? ", rounded to TF32" : ""));
+      CHECK(at::equal(out.cpu(), expected));
+    }
+#endif
 }
