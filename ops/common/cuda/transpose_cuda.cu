@@ -104,21 +104,11 @@ bool vec4_transposable(const BatchedTransposeParams& p) {
 
 size_t transpose_workspace_bytes(const BatchedTransposeParams&) { return 0; }
 
-int transpose_launch(const BatchedTransposeParams& p, void* /*workspace*/, void* stream) {
-  if (vec4_transposable(p)) {
-    const int64_t row_tiles = ceil_div(p.rows, kVecTile), col_tiles = ceil_div(p.cols, kVecTile);
-    const int64_t blocks = p.batches * row_tiles * col_tiles;
-    if (blocks == 0) {
-      return cudaSuccess;
-    }
-    if (!grid_fits(blocks)) {
-      return cudaErrorInvalidConfiguration;
-    }
-    batched_transpose_vec4_kernel<<<static_cast<unsigned>(blocks), kThreads, 0,
-                                    static_cast<cudaStream_t>(stream)>>>(p, row_tiles, col_tiles);
-    return cudaGetLastError();
-  }
-  const int64_t row_tiles = ceil_div(p.rows, kTile), col_tiles = ceil_div(p.cols, kTile);
+// Launches `kernel` with one block per tile x tile piece of every matrix.
+template <typename Kernel>
+int launch_tiles(Kernel kernel, int64_t tile, const BatchedTransposeParams& p,
+                 cudaStream_t stream) {
+  const int64_t row_tiles = ceil_div(p.rows, tile), col_tiles = ceil_div(p.cols, tile);
   const int64_t blocks = p.batches * row_tiles * col_tiles;
   if (blocks == 0) {
     return cudaSuccess;
@@ -126,9 +116,14 @@ int transpose_launch(const BatchedTransposeParams& p, void* /*workspace*/, void*
   if (!grid_fits(blocks)) {
     return cudaErrorInvalidConfiguration;
   }
-  batched_transpose_kernel<<<static_cast<unsigned>(blocks), kThreads, 0,
-                             static_cast<cudaStream_t>(stream)>>>(p, row_tiles, col_tiles);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, row_tiles, col_tiles);
   return cudaGetLastError();
+}
+
+int transpose_launch(const BatchedTransposeParams& p, void* /*workspace*/, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  return vec4_transposable(p) ? launch_tiles(batched_transpose_vec4_kernel, kVecTile, p, s)
+                              : launch_tiles(batched_transpose_kernel, kTile, p, s);
 }
 
 }  // namespace
