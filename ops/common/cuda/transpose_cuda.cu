@@ -18,20 +18,32 @@ namespace fused_ops {
 namespace gpu {
 namespace {
 
+// The tile this block moves: blocks run along a matrix's column tiles, then its row tiles,
+// then the matrices.
+struct TileOfBlock {
+  const float* in;  // its matrix
+  float* out;
+  int64_t row0, col0;  // its first row and column
+};
+
+__device__ TileOfBlock tile_of_block(const BatchedTransposeParams& p, int64_t row_tiles,
+                                     int64_t col_tiles, int tile) {
+  int64_t block = blockIdx.x;
+  const int64_t col_tile = block % col_tiles;
+  block /= col_tiles;
+  const int64_t row_tile = block % row_tiles;
+  const int64_t batch = block / row_tiles;
+  const int64_t offset = batch * p.rows * p.cols;
+  return {p.in + offset, p.out + offset, row_tile * tile, col_tile * tile};
+}
+
 constexpr int kTile = 32;
 constexpr int kTileRows = kThreads / kTile;  // 8: each thread moves 4 elements
 
 __global__ void batched_transpose_kernel(BatchedTransposeParams p, int64_t row_tiles,
                                          int64_t col_tiles) {
   __shared__ float tile[kTile][kTile + 1];
-  int64_t block = blockIdx.x;
-  const int64_t col_tile = block % col_tiles;
-  block /= col_tiles;
-  const int64_t row_tile = block % row_tiles;
-  const int64_t batch = block / row_tiles;
-  const float* in = p.in + batch * p.rows * p.cols;
-  float* out = p.out + batch * p.rows * p.cols;
-  const int64_t row0 = row_tile * kTile, col0 = col_tile * kTile;
+  const auto [in, out, row0, col0] = tile_of_block(p, row_tiles, col_tiles, kTile);
   const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
   for (int r = ty; r < kTile; r += kTileRows) {
     const int64_t row = row0 + r, col = col0 + tx;
@@ -58,14 +70,7 @@ static_assert(kVecPasses * kVecRows == kVecTile, "the passes cover the tile");
 __global__ void __launch_bounds__(kThreads)
     batched_transpose_vec4_kernel(BatchedTransposeParams p, int64_t row_tiles, int64_t col_tiles) {
   __shared__ float tile[kVecTile][kVecTile + 1];
-  int64_t block = blockIdx.x;
-  const int64_t col_tile = block % col_tiles;
-  block /= col_tiles;
-  const int64_t row_tile = block % row_tiles;
-  const int64_t batch = block / row_tiles;
-  const float* in = p.in + batch * p.rows * p.cols;
-  float* out = p.out + batch * p.rows * p.cols;
-  const int64_t row0 = row_tile * kVecTile, col0 = col_tile * kVecTile;
+  const auto [in, out, row0, col0] = tile_of_block(p, row_tiles, col_tiles, kVecTile);
   const int lane = static_cast<int>(threadIdx.x) % kVecLanes;
   const int sub = static_cast<int>(threadIdx.x) / kVecLanes;
   // (rows and cols are multiples of 4: a float4 that starts inside lies inside.)
