@@ -9,9 +9,12 @@
 //                                                # bitwise with the first run and with float64
 //   tools/split_tf32_wgmma_check.sh "" --wgrad        # the weight gradient's problems only
 //   tools/split_tf32_wgmma_check.sh "" --wgrad-small  # ... without the (timed) headline
-//   tools/split_tf32_wgmma_check.sh "" --moments-small  # the small problems' "+moments" rows only
+//   tools/split_tf32_wgmma_check.sh "" --moments-small  # the small problems' "+moments" and
+//                                                # "tf32+moments" rows only
 //   tools/split_tf32_wgmma_check.sh "" --ncdhw        # the NCDHW outputs' rows only
 //   tools/split_tf32_wgmma_check.sh "" --ncdhw-small  # ... without the (timed) headline
+//   tools/split_tf32_wgmma_check.sh "" --profile-tile-moments  # the plain TF32 256 x 128 tile at
+//                                                # the headline timed without / with its moments
 //
 // Problems: the headline ConvTranspose3d(64 -> 128, k3) on (16, 64, 32^3) as the forward
 // convolution the library runs (padding 2) and its input gradient (128 -> 64 channels on
@@ -530,9 +533,62 @@ int main(int argc, char** argv) {
       if (gpu::wgmma_conv_relu_moments_supported(d.s) && check_relu_moments(q, d, 0, d.p) != 0) {
         status = 2;
       }
+      // With plain TF32 products (the im2col tiles, whose 128-channel tiles' epilogue walks
+      // the staged columns for the moments), on x rounded to TF32.
+      if (gpu::wgmma_conv_tf32_supported(d.s)) {
+        std::vector<float> x_tf32(d.s.N * d.s.D * d.s.H * d.s.W * d.s.C_in);
+        CHECK_CUDA(cudaMemcpy(x_tf32.data(), d.p.x, x_tf32.size() * 4, cudaMemcpyDeviceToHost));
+        for (float& v : x_tf32) v = tf32_rounded_host(v);
+        conv::Conv3dChannelsLastParams tp = d.p;
+        tp.x = to_device(x_tf32);
+        tp.tf32_products = true;
+        if (check_relu_moments(q, d, 0, tp, "tf32+moments") != 0) {
+          status = 2;
+        }
+        CHECK_CUDA(cudaFree(const_cast<float*>(tp.x)));
+      }
     }
     std::printf(status == 0 ? "all passed\n" : "FAILED\n");
     return status;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--profile-tile-moments") == 0) {
+    // The headline forward's plain TF32 256 x 128 tile (a block per SM) without the moments,
+    // then with them (tile_moments): best of 20 times each, and one launch each for Nsight
+    // Compute (--kernel-name regex:split_tf32_wgmma_conv3d_kernel --launch-skip 1 ...).
+    std::mt19937 rng(0);
+    const Prepared d(problems[0], rng);
+    gpu::WgmmaConvParams wp = gpu::wgmma_conv_params(d.p, d.workspace);
+    wp.b_bn = 128;
+    wp.b_parts = 1;
+    CHECK_CUDA(gpu::split_tf32_weights(d.p, wp, nullptr));
+    using Tile = gpu::WgmmaConvTile<128, 4, false, true, 1, 2>;
+    const auto launch = [&] { return gpu::launch_split_tf32_wgmma_conv3d<Tile>(wp, nullptr); };
+    float2* tile_moments = nullptr;
+    CHECK_CUDA(cudaMalloc(&tile_moments, (d.ny / d.s.C_out + 63) / 64 * 2 * d.s.C_out * 8));
+    cudaEvent_t start, stop;
+    CHECK_CUDA(cudaEventCreate(&start));
+    CHECK_CUDA(cudaEventCreate(&stop));
+    for (const bool moments : {false, true}) {
+      wp.tile_moments = moments ? tile_moments : nullptr;
+      wp.spatial = d.s.Do * d.s.Ho * d.s.Wo;
+      CHECK_CUDA(launch());  // (the one for Nsight Compute)
+      float best = 1e30f;
+      for (int i = 0; i < 20; ++i) {
+        CHECK_CUDA(cudaEventRecord(start));
+        CHECK_CUDA(launch());
+        CHECK_CUDA(cudaEventRecord(stop));
+        CHECK_CUDA(cudaEventSynchronize(stop));
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+        best = std::min(best, ms);
+      }
+      std::printf("256 x 128 tile%s: %.3f ms (best of 20)\n", moments ? " +tile moments" : "",
+                  best);
+    }
+    CHECK_CUDA(cudaEventDestroy(start));
+    CHECK_CUDA(cudaEventDestroy(stop));
+    CHECK_CUDA(cudaFree(tile_moments));
+    return 0;
   }
   if (argc > 1 &&
       (std::strcmp(argv[1], "--ncdhw") == 0 || std::strcmp(argv[1], "--ncdhw-small") == 0)) {
@@ -729,31 +785,40 @@ int main(int argc, char** argv) {
           return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false, true, 2, 2>>(
               with_moments, nullptr);
         });
-        std::vector<float2> one(parts * 2 * s.C_out), two(one.size());
+        std::vector<float2> one(parts * 2 * s.C_out);
         CHECK_CUDA(cudaMemcpy(one.data(), tile_moments, one.size() * sizeof(float2),
                               cudaMemcpyDeviceToHost));
+        // Another tiling's moments, bitwise the same as the first's (segment 1 of a part that
+        // does not straddle samples is never written: the rest compared).
+        const auto check_same_moments = [&](const char* kernel) {
+          std::vector<float2> two(one.size());
+          CHECK_CUDA(cudaMemcpy(two.data(), tile_moments, two.size() * sizeof(float2),
+                                cudaMemcpyDeviceToHost));
+          bool same = true;
+          for (int64_t part = 0; part < parts; ++part) {
+            const int64_t m0 = part * 64, rows = std::min<int64_t>(64, d.ny / s.C_out - m0);
+            const bool straddles = (m0 / out_spatial + 1) * out_spatial - m0 < rows;
+            for (int seg = 0; seg < (straddles ? 2 : 1); ++seg) {
+              same = same &&
+                     std::memcmp(&one[(part * 2 + seg) * s.C_out], &two[(part * 2 + seg) * s.C_out],
+                                 s.C_out * sizeof(float2)) == 0;
+            }
+          }
+          if (!same) {
+            std::printf("%-42s %s FAIL (moments differ from c2's)\n", q.name, kernel);
+            status = 2;
+          }
+        };
         check_tma_same("tf32 tma 256x128/3 c2 2buf +tile moments", tf32_128, [&] {
           return gpu::launch_split_tf32_wgmma_conv3d<
               gpu::WgmmaConvTile<128, 3, false, true, 2, 2, 2>>(with_moments, nullptr);
         });
-        CHECK_CUDA(cudaMemcpy(two.data(), tile_moments, two.size() * sizeof(float2),
-                              cudaMemcpyDeviceToHost));
-        // (Segment 1 of a part that does not straddle samples is never written: compare the
-        // rest bitwise.)
-        bool same = true;
-        for (int64_t part = 0; part < parts; ++part) {
-          const int64_t m0 = part * 64, rows = std::min<int64_t>(64, d.ny / s.C_out - m0);
-          const bool straddles = (m0 / out_spatial + 1) * out_spatial - m0 < rows;
-          for (int seg = 0; seg < (straddles ? 2 : 1); ++seg) {
-            same = same &&
-                   std::memcmp(&one[(part * 2 + seg) * s.C_out], &two[(part * 2 + seg) * s.C_out],
-                               s.C_out * sizeof(float2)) == 0;
-          }
-        }
-        if (!same) {
-          std::printf("%-42s 2buf tile moments FAIL (differ from one buffer's)\n", q.name);
-          status = 2;
-        }
+        check_same_moments("tf32 tma 256x128/3 c2 2buf +tile moments");
+        check_tma_same("tf32 tma 256x128/4 +tile moments", tf32_128, [&] {
+          return gpu::launch_split_tf32_wgmma_conv3d<gpu::WgmmaConvTile<128, 4, false, true, 1, 2>>(
+              with_moments, nullptr);
+        });
+        check_same_moments("tf32 tma 256x128/4 +tile moments");
         CHECK_CUDA(cudaFree(tile_moments));
       }
     }

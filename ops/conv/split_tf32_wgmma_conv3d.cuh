@@ -99,9 +99,11 @@
 //
 // Moments (tile_moments set: the ReLU -> GroupNorm consumer's statistics, so that no pass
 // reads y back for them): per staged part (Tile::kOutRows rows) and sample it holds, the (mean,
-// M2) of relu(y) per channel, two passes over the staged column (the mean, then the squared
-// deviations from it: no E[v^2] - mean^2 cancellation); relu_moments_of_tiles_kernel combines
-// the parts per (sample, channel) (in double). Rows are consecutive output positions, so a
+// M2) of relu(y) per channel, centred (no E[v^2] - mean^2 cancellation): on the 128-channel
+// im2col tiles, for a part within one sample, from one walk down the staged column in chunks
+// of 16 rows (ColumnMoments), before the part's stores; otherwise two passes over the column
+// after them (the mean, then the squared deviations from it). relu_moments_of_tiles_kernel
+// combines the parts per (sample, channel) (in double). Rows are consecutive output positions, so a
 // part holds one sample's rows, or two where it straddles a boundary (the host asks for the
 // moments only where a sample has at least 128 rows: wgmma_conv_relu_moments_supported).
 #pragma once
@@ -582,6 +584,53 @@ __device__ __forceinline__ float sum_column_rows(const float* column, int lo, in
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+// The (mean, M2) of relu(v) over a staged column's rows, from one read of it: per chunk of
+// kChunk rows (held in registers) the chunk's mean and its sum of squared deviations from it,
+// summed pairwise; the chunks combined in order by Chan et al.'s update (the deviation of the
+// chunk's mean from the running mean, weighted by n_a n_b / (n_a + n_b)). Centred throughout:
+// no E[v^2] - mean^2 cancellation. relu(v) as stored (NaN kept).
+struct ColumnMoments {
+  static constexpr int kChunk = 16;
+  float mean = 0.f, m2 = 0.f;
+  template <int kN>
+  __device__ static float pairwise_sum(const float (&a)[kN]) {
+    float s[kN / 2];
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) {
+      s[i] = a[2 * i] + a[2 * i + 1];
+    }
+    if constexpr (kN == 2) {
+      return s[0];
+    } else {
+      return pairwise_sum<kN / 2>(s);
+    }
+  }
+  // Chunk `chunk` (0, 1, ...: the chunks before it are in mean and m2).
+  __device__ void add_chunk(int chunk, const float (&v)[kChunk]) {
+    float a[kChunk];
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      a[i] = v[i] < 0.f ? 0.f : v[i];
+    }
+    const float chunk_mean = pairwise_sum(a) * (1.f / kChunk);
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      const float d = a[i] - chunk_mean;
+      a[i] = d * d;
+    }
+    const float chunk_m2 = pairwise_sum(a);
+    if (chunk == 0) {
+      mean = chunk_mean;
+      m2 = chunk_m2;
+    } else {
+      // n_a = chunk * kChunk rows so far, n_b = kChunk.
+      const float delta = chunk_mean - mean;
+      mean += delta * (1.f / static_cast<float>(chunk + 1));
+      m2 += chunk_m2 + delta * delta * (static_cast<float>(chunk * kChunk) / (chunk + 1));
+    }
+  }
+};
+
 // The staged output between the consumer warpgroups and the epilogue warpgroup, in parts:
 //   - one part a tile (kParts 1), written by both consumer warpgroups: for the block's u-th
 //     tile they wait for the buffer to be free (the epilogue warpgroup's 128 arrivals on
@@ -860,6 +909,8 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
     const int row_in_step = ewarp * (32 / kLanesPerRow) + elane / kLanesPerRow;
     const int col4 = 4 * (elane % kLanesPerRow);
     constexpr int kOutRows = Tile::kOutRows;
+    // The column walk (below) where a thread has a column to itself and parts are 64 rows.
+    constexpr bool kColumnWalk = kBN == 128 && kOutRows == 64;
     int u = 0;  // the block's staged parts
     for (int64_t part = first_group * Tile::kOutParts; part < groups * Tile::kOutParts; ++u) {
       const int64_t group = part / Tile::kOutParts;
@@ -870,6 +921,45 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
       part = (part + 1) % Tile::kOutParts != 0 ? part + 1 : (group + group_step) * Tile::kOutParts;
       out_handoff.epilogue_wait_full(u);
       const float* const out_tile = out_tiles + u % Tile::kOutBuffers * kOutFloats;
+      if constexpr (kColumnWalk) {
+        // A whole part within one sample, with its moments (the common case): first the
+        // moments, thread c walking column c once (ColumnMoments), then the stores (whole rows,
+        // 16 bytes a lane, unrolled), then the buffer is free: the consumers wait for the
+        // part's epilogue before staging the next, so its length counts. At the headline on an
+        // H200 (2026-11-28, the check program, 256 x 128 tiles alone, best of 20 or median:
+        // benchmarks/h200-2026-11-28-free-moments/notes.txt) the convolution took 0.779-0.800
+        // ms with the moments against 0.773-0.785 without; with the moments' two passes over
+        // the column after the stores (below, for the other parts) 0.858-0.863, and with this
+        // walk storing its column itself (4-byte stores) 0.842 even without the moments.
+        if (p.tile_moments != nullptr && !p.y_channels_first && rows == kOutRows &&
+            (m0 / p.spatial + 1) * p.spatial - m0 >= kOutRows) {
+          const int c = etid;  // (kBN == 128: a column a thread)
+          ColumnMoments moments;
+#pragma unroll
+          for (int chunk = 0; chunk < kOutRows / ColumnMoments::kChunk; ++chunk) {
+            float v[ColumnMoments::kChunk];
+#pragma unroll
+            for (int i = 0; i < ColumnMoments::kChunk; ++i) {
+              v[i] = out_tile[(chunk * ColumnMoments::kChunk + i) * Tile::kOutPitch + c];
+            }
+            moments.add_chunk(chunk, v);
+          }
+          if (n0 + col4 < p.C_out) {  // C_out % 4 == 0: all 4 columns or none
+#pragma unroll
+            for (int step = 0; step < kOutRows / kRowsPerStep; ++step) {
+              const int r = row_in_step + step * kRowsPerStep;
+              *reinterpret_cast<float4*>(p.y + (m0 + r) * p.C_out + n0 + col4) =
+                  *reinterpret_cast<const float4*>(out_tile + r * Tile::kOutPitch + col4);
+            }
+          }
+          out_handoff.epilogue_arrive_free(u);
+          if (n0 + c < p.C_out) {
+            p.tile_moments[(m0 / kOutRows * 2) * p.C_out + n0 + c] =
+                make_float2(moments.mean, moments.m2);
+          }
+          continue;
+        }
+      }
       if (p.y_channels_first) {
         // The part staged as boxes of [kBN channels][32 positions] (the consumers' transposed
         // staging). A box within one sample: one thread stores it by the tensor map (y_map:
