@@ -1,15 +1,15 @@
 """conv_transpose3d_relu_group_norm's inference forward with TF32 allowed (PyTorch's default) on
-Hopper, opted into with FUSED_OPS_TF32_WGMMA=1 (read per call): the forward rewrite of the
-transposed convolution runs our wgmma kernel with plain TF32 products (x rounded to TF32 by its
-transpose, the activations copied by the tensor memory accelerator's im2col mode, clusters of
-two blocks sharing the weights) instead of cuDNN's, its epilogue computes the GroupNorm's
-statistics ("+relu_moments"), and the whole forward is pipelined (conv_stage.cpp,
+Hopper, forced with FUSED_OPS_TF32_WGMMA=1 (read per call; by default only where the
+convolution is long enough): the forward rewrite of the transposed convolution runs our wgmma
+kernel with plain TF32 products (x rounded to TF32 by its transpose, the activations copied by
+the tensor memory accelerator's im2col mode) instead of cuDNN's, its epilogue computes the
+GroupNorm's statistics ("+relu_moments"), and the whole forward is pipelined (conv_stage.cpp,
 run_tf32_conv_relu_group_norm): the convolution runs in up to two launches over consecutive
 rows, each transposing x for the next and writing the output of the samples completed before
 it (conv_side_work.cuh). Checked: the path, the output against float64 (at most twice eager's
 error, which is TF32's too), bitwise repeatability, shapes of one launch and of several (with
-samples straddling launches), and where it does not run (by default, an NDHWC input, training,
-other GPUs: cuDNN's)."""
+samples straddling launches), where it runs by default (the headline shape) and where it does
+not (by default on small shapes, an NDHWC input, training, other GPUs: cuDNN's)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,9 @@ CASES = {
     "cin64_cout128": ((3, 64, 9, 10, 11), 128, 8),
     "many_tiles": ((2, 16, 32, 32, 32), 32, 8),
     "launches_n5": ((5, 16, 32, 32, 32), 32, 8),
+    # The 128-channel tiles (whose epilogue walks the staged columns for the moments) over two
+    # launches.
+    "launches_cout128": ((3, 16, 32, 32, 32), 128, 8),
     "rows_multiple_of_64": ((2, 8, 6, 6, 6), 16, 4),  # 8^3 = 512 positions a sample
 }
 
@@ -101,10 +104,25 @@ def test_inference_forward_vs_float64(case):
     assert fused_err <= 2 * eager_err and fused_err < 2e-3, (fused_err, eager_err)
 
 
-def test_cudnn_by_default(monkeypatch):
+def test_cudnn_by_default_on_small_shapes(monkeypatch):
     args = _args("k3")
     monkeypatch.delenv("FUSED_OPS_TF32_WGMMA")
     with torch.no_grad():
+        assert fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args) == TF32_CUDNN
+
+
+def test_wgmma_by_default_at_the_headline(monkeypatch):
+    """The headline shape (16, 64, 32^3) -> 128 channels: long enough a convolution that the
+    pipelined forward runs without being forced (and "0" forces cuDNN's)."""
+    if not _wgmma():
+        pytest.skip("the wgmma kernels run on Hopper only")
+    x = torch.rand(16, 64, 32, 32, 32, device="cuda")
+    w = torch.rand(64, 128, 3, 3, 3, device="cuda") - 0.5
+    args = (x, w, None, [1, 1, 1], [0, 0, 0], [0, 0, 0], 1, [1, 1, 1], 8, None, None, 1e-5)
+    monkeypatch.delenv("FUSED_OPS_TF32_WGMMA")
+    with torch.no_grad():
+        assert fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args) == TF32_MOMENTS
+        monkeypatch.setenv("FUSED_OPS_TF32_WGMMA", "0")
         assert fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args) == TF32_CUDNN
 
 

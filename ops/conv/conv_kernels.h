@@ -480,6 +480,10 @@ struct Conv3dChannelsLastParams {
   // forward_channels_first_supported (the wgmma kernel stages its tiles transposed and stores
   // them by tensor-map copies), without relu_channel_moments.
   bool y_channels_first = false;
+  // `weight` is the transposed convolution's whose forward rewrite this is, (C_in, C_out, kD,
+  // kH, kW) with one conv group, which the wgmma kernels' weight split reads flipped
+  // (tf32_relu_group_norm_forward's launch only; saves the flip's and the permute's passes).
+  bool weight_of_transposed = false;
 };
 
 // ConvTranspose3d -> ReLU -> GroupNorm's inference forward with TF32 products, pipelined
@@ -549,8 +553,9 @@ struct SplitTf32Conv3dCudaKernel {
   // padding and dilated taps within the im2col mode's limits), y in either layout.
   bool (*forward_tf32_supported)(const Conv3dShape&);
   // Whether tf32_relu_group_norm_forward is to run this shape (the forward rewrite's) on the
-  // current device: opted into (the environment variable FUSED_OPS_TF32_WGMMA "1", read per
-  // call: tests switch it) and forward_tf32_supported.
+  // current device: forward_tf32_supported, and where the environment variable
+  // FUSED_OPS_TF32_WGMMA (read per call: tests switch it) is "1"; where it is neither "0" nor
+  // "1", where expected faster than cuDNN's path (wgmma_tf32_relu_group_norm_preferred).
   bool (*tf32_forward_chosen)(const Conv3dShape&);
   CudaKernel<Tf32ConvReluGroupNormParams> tf32_relu_group_norm_forward;
   CudaKernel<Conv3dWeightGradChannelsLastParams> weight_grad;

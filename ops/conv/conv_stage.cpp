@@ -41,17 +41,19 @@
 // both float32 rewrites leave it NDHWC (run_conv3d's ConvOutputLayout::kAsComputed), which the
 // GroupNorm reads in place, and the TF32 one gets an NDHWC input (our transpose) so that cuDNN
 // does not transpose its output back (0.22 ms at the headline on an H100, 2026-11-22).
-// There, on Hopper and opted into (FUSED_OPS_TF32_WGMMA=1), the TF32 rewrite of an NCDHW
-// float32 input runs our wgmma kernel with plain TF32 products instead of cuDNN's
-// (tf32_wgmma_emits_relu_moments), x rounded to TF32 by the transpose, its epilogue computing
-// the GroupNorm's statistics too, and the operator's whole inference forward pipelined
-// (run_tf32_conv_relu_group_norm; split_tf32_wgmma_conv3d_cuda.cu): the convolution in two
-// launches, each transposing x for the next and writing the output of the samples completed
-// before it beside its products (conv_side_work.cuh). Not by default: at the headline on an
-// H100 (2026-11-27, one run) it took 1.25 ms, cuDNN's path 1.28 (the convolution alone 0.87 ms,
-// 0.96 with the statistics, cuDNN's 0.81-0.85; the side work slows it by about half of the
-// passes it hides). (Its training forward and backward stay cuDNN's: the saved conv output
-// is NCDHW, which cuDNN transposes to itself.)
+// There, on Hopper, the TF32 rewrite of an NCDHW float32 input may run our wgmma kernel with
+// plain TF32 products instead of cuDNN's (tf32_wgmma_emits_relu_moments), x rounded to TF32 by
+// the transpose, its epilogue computing the GroupNorm's statistics too (at 0-3% of the
+// convolution's time on the 128-channel tiles: split_tf32_wgmma_conv3d.cuh), and the operator's
+// whole inference forward pipelined (run_tf32_conv_relu_group_norm;
+// split_tf32_wgmma_conv3d_cuda.cu): the convolution in two launches, each transposing x for the
+// next and writing the output of the samples completed before it beside its products
+// (conv_side_work.cuh). By default where its convolution is long enough to repay the pipeline's
+// fixed costs (wgmma_tf32_relu_group_norm_preferred: at the headline on an H200, 2026-11-28,
+// 1.108 ms against cuDNN's path's 1.136 in one sweep; on smaller problems cuDNN's path was the
+// faster); FUSED_OPS_TF32_WGMMA=1 or 0 forces it on or off (read per call). (Its training
+// forward and backward stay cuDNN's: the saved conv output is NCDHW, which cuDNN transposes to
+// itself.)
 // Elsewhere eager's transposed convolution runs.
 //
 // On the CPU every convolution is eager's. From 2026-11-26 float32 stride-1 transposed ones ran
@@ -262,10 +264,10 @@ bool split_tf32_emits_relu_moments(const at::Tensor& input, const at::Tensor& we
 
 // Whether the TF32 rewrite (kTransposedAsForward) of this float32 convolution, in a
 // ReLU -> GroupNorm inference forward, runs pipelined on our wgmma kernel with TF32 products
-// and the GroupNorm's statistics (run_tf32_conv_relu_group_norm): opted into
-// (FUSED_OPS_TF32_WGMMA=1; see the top of the file), an NCDHW input (its transpose rounds x to
-// TF32), the kernel's TF32 tiles on the current device (tf32_forward_chosen), and a GroupNorm
-// kernel that reads the output in place.
+// and the GroupNorm's statistics (run_tf32_conv_relu_group_norm): an NCDHW input (its transpose
+// rounds x to TF32), the kernel's TF32 tiles on the current device and chosen for the shape
+// (tf32_forward_chosen: see the top of the file), and a GroupNorm kernel that reads the output
+// in place.
 bool tf32_wgmma_emits_relu_moments(const at::Tensor& input, const at::Tensor& weight,
                                    const Conv3dParams& p) {
 #ifdef FUSED_OPS_WITH_CUTLASS
@@ -680,22 +682,22 @@ bool tf32_conv_relu_group_norm_chosen(const at::Tensor& input, const at::Tensor&
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> run_tf32_conv_relu_group_norm(
-    const at::Tensor& unaligned_input, const at::Tensor& unaligned_weight,
+    const at::Tensor& unaligned_input, const at::Tensor& weight,
     const c10::optional<at::Tensor>& bias, const Conv3dParams& p, const GroupNormShape& group_norm,
     const c10::optional<at::Tensor>& gn_weight, const c10::optional<at::Tensor>& gn_bias,
     double eps) {
 #ifdef FUSED_OPS_WITH_CUTLASS
   const c10::DeviceGuard device_guard(unaligned_input.device());
   const at::Tensor input = aligned_16(unaligned_input);  // NCDHW (tf32_wgmma_emits_relu_moments)
-  const at::Tensor weight = aligned_16(unaligned_weight);
   Conv3dChannelsLastParams conv = split_tf32_params_of_transposed(input, weight, p);
   const Conv3dShape& s = conv.conv;
   const auto options = input.options();
-  // x NDHWC (written by the launch: transposed, TF32-rounded), KTRSC filter, y NDHWC.
+  // x NDHWC (written by the launch: transposed, TF32-rounded), the transposed convolution's
+  // weight as it is (the launch's split flips it: weight_of_transposed), y NDHWC.
   const at::Tensor x =
       at::empty(input.sizes(), options.memory_format(at::MemoryFormat::ChannelsLast3d));
-  const at::Tensor w =
-      forward_weight_of_transposed(weight, p.groups).permute({0, 2, 3, 4, 1}).contiguous();
+  const at::Tensor w = weight.contiguous();
+  conv.weight_of_transposed = true;
   const at::Tensor b = bias.has_value() && bias->defined() ? aligned_16(bias->contiguous())
                                                            : at::zeros({s.C_out}, options);
   const std::vector<int64_t> y_sizes{s.N, s.C_out, s.Do, s.Ho, s.Wo};

@@ -82,8 +82,8 @@ bool conv_emits_relu_moments(const at::Tensor& input, const at::Tensor& weight,
 
 // Whether conv_transpose3d_relu_group_norm's inference forward with these arguments (which
 // passed check_conv_group_norm_args; float32 with TF32 allowed) runs as
-// run_tf32_conv_relu_group_norm: opted into (FUSED_OPS_TF32_WGMMA=1), on Hopper, an NCDHW input
-// of the shapes its kernel takes (see conv_stage.cpp).
+// run_tf32_conv_relu_group_norm: on Hopper, an NCDHW input of the shapes its kernel takes and
+// where it is the faster (or forced by FUSED_OPS_TF32_WGMMA; see conv_stage.cpp).
 bool tf32_conv_relu_group_norm_chosen(const at::Tensor& input, const at::Tensor& weight,
                                       const Conv3dParams& params);
 

@@ -49,8 +49,9 @@
 // with im2col copies, 1.02 in clusters of 2, 0.90-0.93 in clusters of 4 (which leave 12 of the
 // 132 SMs idle); 256 x 128: 0.90 alone, 0.87 in clusters of 2 or 4 (321 TFLOP/s); 6 stages
 // instead of 4 (with the staged output in parts of 64 rows) did not help (1.13 ms at 128 x 128):
-// the copies' latency was not the limit. The library runs 256 x 128 (and 256 x 64 where C_out
-// <= 64: 1.13 ms on the input gradient's shape, cuDNN's 1.15) in clusters of 2
+// the copies' latency was not the limit. The library runs 256 x 128 alone (faster than in
+// clusters of 2 on an H200, 2026-11-28: 0.775 against 0.795 ms) and 256 x 64 where C_out <= 64
+// in clusters of 2 (1.13 ms on the input gradient's shape on an H100, cuDNN's 1.15)
 // (split_tf32_wgmma_conv3d_cuda.cu), over a range of rows per launch (WgmmaConvParams::row_begin,
 // row_end), the producer warpgroup's idle warps doing the pipelined forward's side work
 // (conv_side_work.cuh) meanwhile.
@@ -1481,6 +1482,10 @@ cudaError_t split_tf32_weights(const conv::Conv3dChannelsLastParams& p, const Wg
 // p.relu_channel_moments, relu_moments_of_tiles_kernel after it).
 cudaError_t wgmma_conv_launch(const conv::Conv3dChannelsLastParams& p, void* workspace,
                               cudaStream_t stream);
+// Whether the pipelined forward below is expected to be faster than cuDNN's convolution with a
+// statistics pass (the default where FUSED_OPS_TF32_WGMMA is neither "0" nor "1"): C_out a
+// multiple of the wide tile's 128 channels, and enough tiles (kPreferredPipelineRounds).
+bool wgmma_tf32_relu_group_norm_preferred(const conv::Conv3dShape& s);
 // The pipelined ConvTranspose3d -> ReLU -> GroupNorm inference forward with TF32 products
 // (conv::Tf32ConvReluGroupNormParams), where wgmma_conv_tf32_supported: its workspace, and its
 // launches: the weights' split; x's transpose for the first launch's samples; the convolution

@@ -26,11 +26,14 @@ namespace {
 using WideTile = WgmmaConvTile<128, 3>;
 using NarrowTile = WgmmaConvTile<64, 4>;
 // Plain TF32 products (tf32_products): 256 positions x 128 (or 64) channels in 4 (5) stages of
-// 48 (40) KB, the activations by im2col copies, clusters of 2 blocks sharing the weight tiles.
-// At the headline on an H100 (2026-11-27, the check program): 0.866 ms where cuDNN's TF32
-// NDHWC convolution takes 0.81-0.85 (128 x 128 tiles: 1.03 ms alone, 0.93 in clusters of 4),
-// its input gradient's shape (64 channels) 1.127 ms where cuDNN's takes 1.15.
-using Tf32WideTile = WgmmaConvTile<128, 4, false, true, 2, 2>;
+// 48 (40) KB, the activations by im2col copies; the 64-channel tiles in clusters of 2 blocks
+// sharing the weight tiles. At the headline on an H100 (2026-11-27, the check program): 0.866
+// ms in clusters of 2 where cuDNN's TF32 NDHWC convolution takes 0.81-0.85 (0.90 alone; 128 x
+// 128 tiles: 1.03 ms alone, 0.93 in clusters of 4), its input gradient's shape (64 channels)
+// 1.127 ms where cuDNN's takes 1.15. On an H200 (2026-11-28) the 128-channel tiles alone were
+// the faster: 0.773-0.779 ms against 0.795-0.798 in clusters of 2 (cuDNN's: 0.753), with the
+// moments 0.798 against 0.820; the pipelined forward at the headline 1.109 ms against 1.127.
+using Tf32WideTile = WgmmaConvTile<128, 4, false, true, 1, 2>;
 using Tf32NarrowTile = WgmmaConvTile<64, 5, false, true, 2, 2>;
 
 bool narrow(const conv::Conv3dShape& s) { return s.C_out <= 64; }
@@ -57,11 +60,14 @@ size_t weight_tile_elements(const conv::Conv3dShape& s, int64_t bn, int64_t part
 struct WgmmaConvFile {};
 
 // w (C_out, taps, C_in) -> p.w_tiles: the B tile of each K block and C_out tile (see
-// WgmmaConvParams), its rows as the kernel's 128-byte-swizzled shared memory holds them.
+// WgmmaConvParams), its rows as the kernel's 128-byte-swizzled shared memory holds them. With
+// of_transposed, w is the transposed convolution's (C_in, C_out, taps) weight, read with its
+// taps flipped: the same values.
 // Split products (b_parts 2): TF32 high parts, then the TF32-rounded remainders, the channels of
 // each block of 32 in the split products' K order (wgmma_conv_channel_of_k); plain TF32
 // (b_parts 1): w rounded, in the channels' own order (both operands come from shared memory).
-__global__ void split_tf32_weights_kernel(const float* __restrict__ w, WgmmaConvParams p) {
+__global__ void split_tf32_weights_kernel(const float* __restrict__ w, bool of_transposed,
+                                          WgmmaConvParams p) {
   const int64_t taps = p.kD * p.kH * p.kW;
   const int64_t n_tiles = (p.C_out + p.b_bn - 1) / p.b_bn;
   const int64_t tile_floats = p.b_parts * p.b_bn * kWgmmaConvBK;
@@ -83,7 +89,9 @@ __global__ void split_tf32_weights_kernel(const float* __restrict__ w, WgmmaConv
     float value = 0.f;
     if (k_out < p.C_out && c < p.C_in) {
       uint32_t hi, lo;
-      wgmma_conv_detail::split_tf32_rounded(w[(k_out * taps + tap) * p.C_in + c], hi, lo);
+      const float v = of_transposed ? w[(c * p.C_out + k_out) * taps + (taps - 1 - tap)]
+                                    : w[(k_out * taps + tap) * p.C_in + c];
+      wgmma_conv_detail::split_tf32_rounded(v, hi, lo);
       value = __uint_as_float(part == 0 ? hi : lo);
     }
     w_tiles[i] = value;
@@ -93,72 +101,70 @@ __global__ void split_tf32_weights_kernel(const float* __restrict__ w, WgmmaConv
 // Per (sample n, channel c): the moments of relu(y) over the sample's rows, from the conv
 // kernel's per-(part, segment) (mean, M2) pairs (tile_moments; part b holds rows
 // [b * part_rows, (b + 1) * part_rows) of the flattened M (the tile's kOutRows), and is the
-// sample's segment 1 where it begins in the sample before), for samples first_sample, ...: a block
-// per (sample, 32 channels): lane
-// c reads channel c's pairs (coalesced), warp w the sample's parts w, w + 32, ...; in double,
-// two passes (no division per pair): the mean = sum of count * mean / count, then M2 = sum of M2 +
-// count * (mean_b - mean)^2 (the parts' moments combined exactly, as Chan et al.'s update), each
-// summed per warp, then over the warps in order: a fixed order. (8 warps reading one block at a
-// time: 14 us at the headline on an H100; this: 10 us, 2026-11-26)
+// sample's segment 1 where it begins in the sample before), for samples first_sample, ...: a
+// block per (sample, 32 channels): lane c reads channel c's pairs (coalesced), warp w the
+// sample's parts w, w + 32, ..., kBatch of them in flight, in one read: in double, around a
+// shift K (the mean of the sample's first part), the sums S0 = sum of counts, S1 = sum of
+// count * (mean_b - K), S2 = sum of M2_b + count * (mean_b - K)^2, each per warp, then over the
+// warps in order (a fixed order); mean = K + S1 / S0, M2 = S2 - S1^2 / S0. The subtraction
+// loses log2(1 + (mean - K)^2 / variance) of double's 53 bits: with K within 1000 standard
+// deviations of the mean the result keeps 1e-10 relative, far below the float32 parts' own
+// rounding. One read, no division per pair: at the headline on an H200 (2026-11-28,
+// benchmarks/h200-2026-11-28-free-moments/) the pipelined forward's two launches of it (8
+// samples each) took 20 us in all; as two passes (the mean, then M2 around it) of 4 pairs in
+// flight one launch for the 16 samples took 15 us, and Chan et al.'s update per pair (two
+// double divisions each: the FP64 pipe's limit) in one pass 40 us in all.
 constexpr int kMomentsWarps = 32;
 __global__ void __launch_bounds__(kMomentsWarps * 32)
     relu_moments_of_tiles_kernel(const float2* __restrict__ tile_moments, int64_t part_rows,
                                  int64_t spatial, int64_t channels, int64_t channel_chunks,
                                  int64_t first_sample, norm::Moments* __restrict__ moments) {
-  __shared__ double warp_sums[kMomentsWarps][32];  // 8 KB
+  __shared__ double3 warp_sums[kMomentsWarps][32];  // 24 KB
   const int64_t n = first_sample + blockIdx.x / channel_chunks;
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int64_t c = min(blockIdx.x % channel_chunks * 32 + lane, channels - 1);  // (duplicates)
   const int64_t first_row = n * spatial, end_row = first_row + spatial;
-  // Block b's rows in the sample, and its pair.
-  const auto part = [&](int64_t block, double& count) {
-    const int64_t lo = max(block * part_rows, first_row),
-                  hi = min((block + 1) * part_rows, end_row);
-    count = static_cast<double>(hi - lo);
-    const int segment = block * part_rows < first_row ? 1 : 0;
-    return tile_moments[(block * 2 + segment) * channels + c];
+  const auto pair_of = [&](int64_t part) {
+    const int segment = part * part_rows < first_row ? 1 : 0;
+    return tile_moments[(part * 2 + segment) * channels + c];
   };
-  // The sum over the warps, in order, of each warp's `value` (every thread gets it).
-  const auto sum_over_warps = [&](double value) {
-    warp_sums[warp][lane] = value;
-    __syncthreads();
-    double total = 0.0;
-    for (int w = 0; w < kMomentsWarps; ++w) {
-      total += warp_sums[w][lane];
+  const double shift = pair_of(first_row / part_rows).x;
+  constexpr int kBatch = 8;
+  double s0 = 0.0, s1 = 0.0, s2 = 0.0;
+  for (int64_t base = first_row / part_rows + warp; base * part_rows < end_row;
+       base += kBatch * kMomentsWarps) {
+    float2 mean_m2[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t part = base + j * kMomentsWarps;
+      mean_m2[j] = part * part_rows < end_row ? pair_of(part) : make_float2(0.f, 0.f);
     }
-    __syncthreads();
-    return total;
-  };
-  // The warp's blocks, kBatch at a time (their loads issued together), in a fixed order.
-  constexpr int kBatch = 4;
-  const auto for_each_part = [&](auto&& use) {
-    for (int64_t base = first_row / part_rows + warp; base * part_rows < end_row;
-         base += kBatch * kMomentsWarps) {
-      float2 mean_m2[kBatch];
-      double count[kBatch];
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int64_t block = base + j * kMomentsWarps;
-        count[j] = 0.0;
-        mean_m2[j] = block * part_rows < end_row ? part(block, count[j]) : make_float2(0.f, 0.f);
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        use(count[j], mean_m2[j]);
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t part = base + j * kMomentsWarps;
+      const int64_t lo = max(part * part_rows, first_row),
+                    hi = min((part + 1) * part_rows, end_row);
+      if (hi > lo) {
+        const double count = static_cast<double>(hi - lo);
+        const double d = static_cast<double>(mean_m2[j].x) - shift;
+        s0 += count;
+        s1 += count * d;
+        s2 += static_cast<double>(mean_m2[j].y) + count * d * d;
       }
     }
-  };
-  double weighted = 0.0;
-  for_each_part([&](double count, float2 mean_m2) { weighted += count * mean_m2.x; });
-  const double mean = sum_over_warps(weighted) / static_cast<double>(spatial);
-  double m2 = 0.0;
-  for_each_part([&](double count, float2 mean_m2) {
-    const double d = static_cast<double>(mean_m2.x) - mean;
-    m2 += static_cast<double>(mean_m2.y) + count * d * d;
-  });
-  m2 = sum_over_warps(m2);
+  }
+  warp_sums[warp][lane] = make_double3(s0, s1, s2);
+  __syncthreads();
   if (warp == 0 && blockIdx.x % channel_chunks * 32 + lane < channels) {
-    moments[n * channels + c] = norm::Moments{mean, m2};
+    double t0 = 0.0, t1 = 0.0, t2 = 0.0;
+    for (int w = 0; w < kMomentsWarps; ++w) {
+      const double3 sums = warp_sums[w][lane];
+      t0 += sums.x;
+      t1 += sums.y;
+      t2 += sums.z;
+    }
+    const double m2 = t2 - t1 * t1 / t0;  // (>= 0 but for rounding; NaN kept)
+    moments[n * channels + c] = norm::Moments{shift + t1 / t0, m2 < 0.0 ? 0.0 : m2};
   }
 }
 
@@ -274,7 +280,7 @@ cudaError_t split_tf32_weights(const conv::Conv3dChannelsLastParams& cp, const W
   const int64_t elements = static_cast<int64_t>(weight_tile_elements(cp.conv, p.b_bn, p.b_parts));
   const int threads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>((elements + threads - 1) / threads, 4096));
-  split_tf32_weights_kernel<<<blocks, threads, 0, stream>>>(cp.weight, p);
+  split_tf32_weights_kernel<<<blocks, threads, 0, stream>>>(cp.weight, cp.weight_of_transposed, p);
   return cudaGetLastError();
 }
 
@@ -313,6 +319,17 @@ namespace {
 // forward at 1.25 ms in 2 launches and 1.28 in 3; per-call times of one process (host work
 // included): 1 launch 1.37 ms, 2 and 3: 1.30, 4: 1.32, 6: 1.34 (medians).
 constexpr int64_t kMaxPipelineLaunches = 2;
+
+// The pipelined forward runs by default (wgmma_tf32_relu_group_norm_preferred) where its
+// convolution takes at least this many rounds of the resident blocks' tiles: it saves the
+// statistics' pass over y (~90 us at the headline) and hides part of the others, and pays a
+// fixed cost (the launches' moments and statistics, the pipeline's fill). Measured on an H200
+// (2026-11-28, benchmarks/tf32_forward_sweep.py, 64 -> 128 channels, k3: benchmarks/
+// h200-2026-11-28-free-moments/call8-tf32-forward-sweep.txt), pipelined against cuDNN's path:
+// faster at N 12, 16, 24 on 32^3 (14.0, 18.6, 27.9 rounds: 0.835 / 0.852, 1.108 / 1.136,
+// 1.589 / 1.712 ms), slower at N 8 and 4 (9.3 and 4.7 rounds: 0.616 / 0.588, 0.351 / 0.326)
+// and on (16, 64, 24^3) (8.3 rounds: 0.549 / 0.528).
+constexpr int64_t kPreferredPipelineRounds = 12;
 
 size_t align_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
@@ -395,6 +412,19 @@ cudaError_t run_tf32_relu_group_norm(const conv::Tf32ConvReluGroupNormParams& gp
 }
 
 }  // namespace
+
+bool wgmma_tf32_relu_group_norm_preferred(const conv::Conv3dShape& s) {
+  if (narrow(s) || s.C_out % Tf32WideTile::kBN != 0 || !wgmma_conv_tf32_supported(s)) {
+    return false;
+  }
+  int resident = 0;
+  if (wgmma_conv_resident_blocks<Tf32WideTile>(&resident) != cudaSuccess || resident <= 0) {
+    return false;
+  }
+  const int64_t tiles =
+      ceil_div(s.N * s.Do * s.Ho * s.Wo, Tf32WideTile::kBM) * (s.C_out / Tf32WideTile::kBN);
+  return tiles >= kPreferredPipelineRounds * resident;
+}
 
 size_t wgmma_tf32_relu_group_norm_workspace_bytes(const conv::Tf32ConvReluGroupNormParams& p) {
   return pipeline_workspace(p.conv.conv).bytes;
