@@ -553,8 +553,8 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--profile-tile-moments") == 0) {
     // The headline forward's plain TF32 256 x 128 tile (a block per SM) without the moments,
-    // then with them (tile_moments): best of 20 times each, and one launch each for Nsight
-    // Compute (--kernel-name regex:split_tf32_wgmma_conv3d_kernel --launch-skip 1 ...).
+    // then with them (tile_moments): the median of 20 times each (median_ms), after one launch
+    // each for Nsight Compute (--kernel-name regex:split_tf32_wgmma_conv3d_kernel ...).
     std::mt19937 rng(0);
     const Prepared d(problems[0], rng);
     gpu::WgmmaConvParams wp = gpu::wgmma_conv_params(d.p, d.workspace);
@@ -565,28 +565,13 @@ int main(int argc, char** argv) {
     const auto launch = [&] { return gpu::launch_split_tf32_wgmma_conv3d<Tile>(wp, nullptr); };
     float2* tile_moments = nullptr;
     CHECK_CUDA(cudaMalloc(&tile_moments, (d.ny / d.s.C_out + 63) / 64 * 2 * d.s.C_out * 8));
-    cudaEvent_t start, stop;
-    CHECK_CUDA(cudaEventCreate(&start));
-    CHECK_CUDA(cudaEventCreate(&stop));
     for (const bool moments : {false, true}) {
       wp.tile_moments = moments ? tile_moments : nullptr;
       wp.spatial = d.s.Do * d.s.Ho * d.s.Wo;
       CHECK_CUDA(launch());  // (the one for Nsight Compute)
-      float best = 1e30f;
-      for (int i = 0; i < 20; ++i) {
-        CHECK_CUDA(cudaEventRecord(start));
-        CHECK_CUDA(launch());
-        CHECK_CUDA(cudaEventRecord(stop));
-        CHECK_CUDA(cudaEventSynchronize(stop));
-        float ms = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-        best = std::min(best, ms);
-      }
-      std::printf("256 x 128 tile%s: %.3f ms (best of 20)\n", moments ? " +tile moments" : "",
-                  best);
+      std::printf("256 x 128 tile%s: %.3f ms (median of 20)\n", moments ? " +tile moments" : "",
+                  median_ms(launch));
     }
-    CHECK_CUDA(cudaEventDestroy(start));
-    CHECK_CUDA(cudaEventDestroy(stop));
     CHECK_CUDA(cudaFree(tile_moments));
     return 0;
   }
