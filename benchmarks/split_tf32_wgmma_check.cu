@@ -167,6 +167,17 @@ float tf32_rounded_host(float v) {
   return v;
 }
 
+// d's parameters with x rounded to TF32 (the plain TF32 products' input, as the library's
+// transpose rounds it) in a new device buffer, which the caller frees.
+conv::Conv3dChannelsLastParams with_tf32_x(const Prepared& d) {
+  std::vector<float> x_tf32(d.s.N * d.s.D * d.s.H * d.s.W * d.s.C_in);
+  CHECK_CUDA(cudaMemcpy(x_tf32.data(), d.p.x, x_tf32.size() * 4, cudaMemcpyDeviceToHost));
+  for (float& v : x_tf32) v = tf32_rounded_host(v);
+  conv::Conv3dChannelsLastParams tp = d.p;
+  tp.x = to_device(x_tf32);
+  return tp;
+}
+
 struct Errors {
   double rel_l2 = 0, rel_max = 0;
   bool finite = true;
@@ -536,11 +547,7 @@ int main(int argc, char** argv) {
       // With plain TF32 products (the im2col tiles, whose 128-channel tiles' epilogue walks
       // the staged columns for the moments), on x rounded to TF32.
       if (gpu::wgmma_conv_tf32_supported(d.s)) {
-        std::vector<float> x_tf32(d.s.N * d.s.D * d.s.H * d.s.W * d.s.C_in);
-        CHECK_CUDA(cudaMemcpy(x_tf32.data(), d.p.x, x_tf32.size() * 4, cudaMemcpyDeviceToHost));
-        for (float& v : x_tf32) v = tf32_rounded_host(v);
-        conv::Conv3dChannelsLastParams tp = d.p;
-        tp.x = to_device(x_tf32);
+        conv::Conv3dChannelsLastParams tp = with_tf32_x(d);
         tp.tf32_products = true;
         if (check_relu_moments(q, d, 0, tp, "tf32+moments") != 0) {
           status = 2;
@@ -672,11 +679,7 @@ int main(int argc, char** argv) {
     // first, the weights by the split): the kernel's other mode, measured against cuDNN's
     // TF32 convolution (benchmarks/conv_variants.py) and not used by the library; errors of
     // TF32's order, bounded loosely here.
-    std::vector<float> x_tf32(s.N * s.D * s.H * s.W * s.C_in);
-    CHECK_CUDA(cudaMemcpy(x_tf32.data(), d.p.x, x_tf32.size() * 4, cudaMemcpyDeviceToHost));
-    for (float& v : x_tf32) v = tf32_rounded_host(v);
-    conv::Conv3dChannelsLastParams tp = d.p;
-    tp.x = to_device(x_tf32);
+    conv::Conv3dChannelsLastParams tp = with_tf32_x(d);
     auto check_tf32 = [&](const char* kernel, auto launch) {
       const Errors e = measure(kernel, launch);
       if (!e.finite || e.rel_l2 > 1e-3 || e.rel_max > 4e-3) {

@@ -116,9 +116,7 @@ def test_wgmma_by_default_at_the_headline(monkeypatch):
     pipelined forward runs without being forced (and "0" forces cuDNN's)."""
     if not _wgmma():
         pytest.skip("the wgmma kernels run on Hopper only")
-    x = torch.rand(16, 64, 32, 32, 32, device="cuda")
-    w = torch.rand(64, 128, 3, 3, 3, device="cuda") - 0.5
-    args = (x, w, None, [1, 1, 1], [0, 0, 0], [0, 0, 0], 1, [1, 1, 1], 8, None, None, 1e-5)
+    args = conv_transpose_args((16, 64, 32, 32, 32), 128, 3, 8, device="cuda", requires_grad=False)
     monkeypatch.delenv("FUSED_OPS_TF32_WGMMA")
     with torch.no_grad():
         assert fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args) == TF32_MOMENTS

@@ -13,9 +13,6 @@
 #include "conv/split_tf32_wgmma_conv3d.cuh"
 #include "conv/split_tf32_wgmma_wgrad.cuh"
 
-#include <cstdlib>
-#include <cstring>
-
 namespace fused_ops {
 namespace gpu {
 namespace {
@@ -67,11 +64,10 @@ int forward_launch(const conv::Conv3dChannelsLastParams& p, void* workspace, voi
 }
 
 bool tf32_forward_chosen(const conv::Conv3dShape& s) {
-  const char* setting = std::getenv("FUSED_OPS_TF32_WGMMA");
-  if (setting != nullptr && (std::strcmp(setting, "0") == 0 || std::strcmp(setting, "1") == 0)) {
-    return setting[0] == '1' && wgmma_conv_tf32_supported(s);
+  if (env_switch_on("FUSED_OPS_TF32_WGMMA")) {
+    return wgmma_conv_tf32_supported(s);
   }
-  return wgmma_tf32_relu_group_norm_preferred(s);
+  return !env_switch_off("FUSED_OPS_TF32_WGMMA") && wgmma_tf32_relu_group_norm_preferred(s);
 }
 
 int tf32_relu_group_norm_launch(const conv::Tf32ConvReluGroupNormParams& p, void* workspace,
