@@ -567,6 +567,7 @@ int main(int argc, char** argv) {
     gpu::WgmmaConvParams wp = gpu::wgmma_conv_params(d.p, d.workspace);
     wp.b_bn = 128;
     wp.b_parts = 1;
+    wp.b_k_permuted = false;
     CHECK_CUDA(gpu::split_tf32_weights(d.p, wp, nullptr));
     using Tile = gpu::WgmmaConvTile<128, 4, false, true, 1, 2>;
     const auto launch = [&] { return gpu::launch_split_tf32_wgmma_conv3d<Tile>(wp, nullptr); };
@@ -661,6 +662,7 @@ int main(int argc, char** argv) {
       gpu::WgmmaConvParams wp = gpu::wgmma_conv_params(cp, d.workspace);
       wp.b_bn = bn;
       wp.b_parts = parts;
+      wp.b_k_permuted = parts == 2;
       CHECK_CUDA(gpu::split_tf32_weights(cp, wp, nullptr));
       return wp;
     };

@@ -13,7 +13,8 @@ build() {
   tools/fetch_cutlass.sh >/dev/null
   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -lineinfo -gencode=arch=compute_90a,code=sm_90a \
     -Iops -isystem .deps/cutlass/include benchmarks/split_tf32_wgmma_check.cu \
-    ops/conv/split_tf32_wgmma_conv3d_cuda.cu ops/norm/relu_group_norm_channels_last_cuda.cu \
+    ops/conv/split_tf32_wgmma_conv3d_cuda.cu ops/conv/wgmma_plane_conv3d_cuda.cu \
+    ops/norm/relu_group_norm_channels_last_cuda.cu \
     ops/common/cuda/transpose_cuda.cu -o "$1"
 }
 if [ "${1:-}" = "--build-only" ]; then

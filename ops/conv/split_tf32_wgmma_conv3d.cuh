@@ -149,8 +149,12 @@ struct WgmmaConvParams {
   // they lie in shared memory (128-byte swizzled), zero in the padding
   // (split_tf32_weights_kernel).
   const float* w_tiles;
-  int64_t b_bn;       // the tiles' channels: the kernel's kBN
-  int64_t b_parts;    // 2 (split products: high and low parts) or 1 (plain TF32)
+  int64_t b_bn;     // the tiles' channels: the kernel's kBN
+  int64_t b_parts;  // 2 (split products: high and low parts) or 1 (plain TF32)
+  // The channels of each block of 32 in wgmma_conv_channel_of_k's order (the A operand from
+  // registers: the split products, and wgmma_plane_conv3d.cuh's plain TF32 ones), else their
+  // own (plain TF32 with A from shared memory).
+  bool b_k_permuted;
   const float* bias;  // C_out
   // NDHWC (N, Do, Ho, Wo, C_out), or with y_channels_first NCDHW (N, C_out, Do, Ho, Wo): the
   // consumers stage the tile transposed and the epilogue warpgroup stores it by tensor-map
@@ -456,6 +460,89 @@ __device__ __forceinline__ void add_block_sum(float (&acc)[N], float (&partial)[
   for (int i = 0; i < N; ++i) {
     cute::warpgroup_fence_operand(partial[i]);
     acc[i] += partial[i];
+  }
+}
+
+// The m64 x k8 TF32 fragment of k8 step kk from this thread's rows g and g + 8 (rows[0],
+// rows[1]: channels 8t .. 8t + 3 and 8t + 4 .. 8t + 7 each, in wgmma_conv_channel_of_k's order):
+// (row g, col t), (g + 8, t), (g, t + 4), (g + 8, t + 4), i.e. channels 8t + 2kk and
+// 8t + 2kk + 1 of rows g and g + 8.
+__device__ __forceinline__ void fragment_of_step(const float4 (&rows)[2][2], int kk,
+                                                 float (&v)[4]) {
+  const float4& row_g = rows[0][kk / 2];
+  const float4& row_g8 = rows[1][kk / 2];
+  v[0] = kk % 2 == 0 ? row_g.x : row_g.z;
+  v[1] = kk % 2 == 0 ? row_g8.x : row_g8.z;
+  v[2] = kk % 2 == 0 ? row_g.y : row_g.w;
+  v[3] = kk % 2 == 0 ? row_g8.y : row_g8.w;
+}
+
+// One K block's split-TF32 products from this thread's fragment rows into `partial`, from zero:
+// per k8 step the fragment split in registers, then a_lo w_hi + a_hi w_lo + a_hi w_hi (the
+// small products first: the block's first overwrites `partial`), B's high and low parts
+// through desc_hi and desc_lo. The caller commits and waits.
+template <int kBN>
+__device__ __forceinline__ void split_block_products(float (&partial)[kBN / 2],
+                                                     const float4 (&rows)[2][2], uint64_t desc_hi,
+                                                     uint64_t desc_lo) {
+#pragma unroll
+  for (int kk = 0; kk < kWgmmaConvBK / 8; ++kk) {
+    float v[4];
+    fragment_of_step(rows, kk, v);
+    uint32_t a_hi[4], a_lo[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      split_tf32_rounded(v[i], a_hi[i], a_lo[i]);
+    }
+    cute::warpgroup_arrive();
+    // 32 bytes (k8) further along the swizzled rows: the descriptor's address is in 16 bytes.
+    const uint64_t k_step = static_cast<uint64_t>(kk * 2);
+    const auto first = kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One;
+    wgmma_rs<kBN>(partial, a_lo, desc_hi + k_step, first, std::make_index_sequence<kBN / 2>{});
+    wgmma_rs<kBN>(partial, a_hi, desc_lo + k_step, cute::SM90::GMMA::ScaleOut::One,
+                  std::make_index_sequence<kBN / 2>{});
+    wgmma_rs<kBN>(partial, a_hi, desc_hi + k_step, cute::SM90::GMMA::ScaleOut::One,
+                  std::make_index_sequence<kBN / 2>{});
+  }
+}
+
+// y = acc + bias over kMBlocks m64 blocks of kBN columns from n0 (accumulator 4j + e of a
+// block: row g + 8 (e / 2), column 8j + 2t + e % 2); columns past C_out keep acc (0: the
+// weights' padding).
+template <int kBN, int kMBlocks>
+__device__ __forceinline__ void add_bias(float* acc, const float* bias, int n0, int64_t C_out,
+                                         int t) {
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+    const int col = n0 + 8 * j + 2 * t;
+    if (col < C_out) {  // C_out is even: both columns or neither
+      const float2 b = *reinterpret_cast<const float2*>(bias + col);
+#pragma unroll
+      for (int i = 0; i < kMBlocks; ++i) {
+        float* const a = acc + i * (kBN / 2) + 4 * j;
+        a[0] += b.x, a[1] += b.y, a[2] += b.x, a[3] += b.y;
+      }
+    }
+  }
+}
+
+// One m64 block's outputs (acc: its kBN / 2 accumulators) staged transposed, for tensor-map
+// stores into an NCDHW y: boxes of 32 rows as [kBN channels][32 positions], 128-byte swizzled
+// (row r, channel c: box r / 32, line c, position r % 32), which a warp's stores fill
+// conflict-free; out_row0: this thread's row g in the staged part.
+template <int kBN>
+__device__ __forceinline__ void stage_block_transposed(uint8_t* boxes, const float* acc,
+                                                       int out_row0, int t) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = out_row0 + 8 * half;
+    uint8_t* const box = boxes + (r >> 5) * (kBN * 128);
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      const float* const a = acc + 4 * j + 2 * half;
+      *reinterpret_cast<float*>(box + swizzled(8 * j + 2 * t, r & 31)) = a[0];
+      *reinterpret_cast<float*>(box + swizzled(8 * j + 2 * t + 1, r & 31)) = a[1];
+    }
   }
 }
 
@@ -1077,33 +1164,7 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
             q[half][i] = *reinterpret_cast<const float4*>(a_tile + frag_chunk[i] + half * 8 * 128);
           }
         }
-#pragma unroll
-        for (int kk = 0; kk < kWgmmaConvBK / 8; ++kk) {
-          // The m64 x k8 TF32 fragment: (row g, col t), (g + 8, t), (g, t + 4), (g + 8, t + 4),
-          // i.e. channels 8t + 2kk and 8t + 2kk + 1 of rows g and g + 8.
-          const float4& row_g = q[0][kk / 2];
-          const float4& row_g8 = q[1][kk / 2];
-          const float v[4] = {kk % 2 == 0 ? row_g.x : row_g.z, kk % 2 == 0 ? row_g8.x : row_g8.z,
-                              kk % 2 == 0 ? row_g.y : row_g.w, kk % 2 == 0 ? row_g8.y : row_g8.w};
-          uint32_t a_hi[4], a_lo[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            split_tf32_rounded(v[i], a_hi[i], a_lo[i]);
-          }
-          cute::warpgroup_arrive();
-          // 32 bytes (k8) further along the swizzled rows: the descriptor's address is in 16
-          // bytes.
-          const uint64_t k_step = static_cast<uint64_t>(kk * 2);
-          // The small products first (the block's first overwrites `partial`), then the large
-          // one.
-          const auto first =
-              kk == 0 ? cute::SM90::GMMA::ScaleOut::Zero : cute::SM90::GMMA::ScaleOut::One;
-          wgmma_rs<kBN>(partial, a_lo, desc_hi + k_step, first, std::make_index_sequence<kAcc>{});
-          wgmma_rs<kBN>(partial, a_hi, desc_lo + k_step, cute::SM90::GMMA::ScaleOut::One,
-                        std::make_index_sequence<kAcc>{});
-          wgmma_rs<kBN>(partial, a_hi, desc_hi + k_step, cute::SM90::GMMA::ScaleOut::One,
-                        std::make_index_sequence<kAcc>{});
-        }
+        split_block_products<kBN>(partial, q, desc_hi, desc_lo);
         cute::warpgroup_commit_batch();
         cute::warpgroup_wait<0>();
         // The slot is free once this thread's products (and its fragment loads) are done.
@@ -1162,20 +1223,8 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
     }
 
     // Epilogue. Accumulator i of the m64 x kBN tile: row g + 8 * ((i / 2) % 2), column
-    // 8 * (i / 4) + 2 * t + i % 2. acc becomes y = acc + bias (columns past C_out keep acc: 0,
-    // the weights' padding).
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      const int col = n0 + 8 * j + 2 * t;
-      if (col < p.C_out) {  // C_out is even: both columns or neither
-        const float2 b = *reinterpret_cast<const float2*>(p.bias + col);
-#pragma unroll
-        for (int i = 0; i < kMBlocks; ++i) {
-          float* const a = acc + i * kAcc + 4 * j;
-          a[0] += b.x, a[1] += b.y, a[2] += b.x, a[3] += b.y;
-        }
-      }
-    }
+    // 8 * (i / 4) + 2 * t + i % 2. acc becomes y = acc + bias.
+    add_bias<kBN, kMBlocks>(acc, p.bias, n0, p.C_out, t);
     // Staged for the epilogue warpgroup, once it is done with the last part: the tile, or
     // (parts of 64 rows) block i of this warpgroup as part 2 i + wg.
 #pragma unroll
@@ -1185,21 +1234,9 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
       const int out_row0 = Tile::kOutParts == 1 ? frag_row0 : (warp & 3) * 16 + g;
       float* const out_tile = out_tiles + (Tile::kOutBuffers == 2 ? wg : 0) * kOutFloats;
       if (p.y_channels_first) {
-        // Transposed, for the epilogue's tensor-map stores into an NCDHW y: boxes of 32 rows
-        // as [kBN channels][32 positions], 128-byte swizzled (row r, channel c: box r / 32,
-        // line c, position r % 32), which a warp's stores fill conflict-free.
-        uint8_t* const boxes = reinterpret_cast<uint8_t*>(out_tile);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int r = out_row0 + 8 * half;
-          uint8_t* const box = boxes + (r >> 5) * (kBN * 128);
-#pragma unroll
-          for (int j = 0; j < kBN / 8; ++j) {
-            const float* const a = acc + i * kAcc + 4 * j + 2 * half;
-            *reinterpret_cast<float*>(box + swizzled(8 * j + 2 * t, r & 31)) = a[0];
-            *reinterpret_cast<float*>(box + swizzled(8 * j + 2 * t + 1, r & 31)) = a[1];
-          }
-        }
+        // Transposed, for the epilogue's tensor-map stores into an NCDHW y.
+        stage_block_transposed<kBN>(reinterpret_cast<uint8_t*>(out_tile), acc + i * kAcc, out_row0,
+                                    t);
       } else {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {

@@ -7,6 +7,7 @@
 // keeps CUTLASS's sm80 kernel.
 #include "conv/split_tf32_wgmma_conv3d.cuh"
 #include "conv/split_tf32_wgmma_wgrad.cuh"
+#include "conv/wgmma_plane_conv3d.cuh"
 
 #include "common/cuda/device_info.cuh"
 #include "common/cuda/launch_utils.cuh"
@@ -63,9 +64,10 @@ struct WgmmaConvFile {};
 // WgmmaConvParams), its rows as the kernel's 128-byte-swizzled shared memory holds them. With
 // of_transposed, w is the transposed convolution's (C_in, C_out, taps) weight, read with its
 // taps flipped: the same values.
-// Split products (b_parts 2): TF32 high parts, then the TF32-rounded remainders, the channels of
-// each block of 32 in the split products' K order (wgmma_conv_channel_of_k); plain TF32
-// (b_parts 1): w rounded, in the channels' own order (both operands come from shared memory).
+// Split products (b_parts 2): TF32 high parts, then the TF32-rounded remainders; plain TF32
+// (b_parts 1): w rounded. The channels of each block of 32 in the K order of products whose A
+// comes from registers (wgmma_conv_channel_of_k) where p.b_k_permuted, else in their own order
+// (both operands from shared memory).
 __global__ void split_tf32_weights_kernel(const float* __restrict__ w, bool of_transposed,
                                           WgmmaConvParams p) {
   const int64_t taps = p.kD * p.kH * p.kW;
@@ -83,7 +85,7 @@ __global__ void split_tf32_weights_kernel(const float* __restrict__ w, bool of_t
     // The swizzle: 16-byte chunk position / 4 of row `row` holds chunk (position / 4) ^ (row % 8).
     const int k = (((position >> 2) ^ static_cast<int>(row & 7)) << 2) | (position & 3);
     const int64_t c = (tile / n_tiles) % p.c_chunks * kWgmmaConvBK +
-                      (p.b_parts == 2 ? wgmma_conv_detail::wgmma_conv_channel_of_k(k) : k);
+                      (p.b_k_permuted ? wgmma_conv_detail::wgmma_conv_channel_of_k(k) : k);
     const int64_t k_out = tile % n_tiles * p.b_bn + row;
     const int64_t tap = tile / (n_tiles * p.c_chunks);
     float value = 0.f;
@@ -264,6 +266,7 @@ WgmmaConvParams wgmma_conv_params(const conv::Conv3dChannelsLastParams& cp, void
   p.w_tiles = static_cast<const float*>(workspace);
   p.b_bn = narrow(s) ? 64 : 128;
   p.b_parts = cp.tf32_products ? 1 : 2;  // plain TF32: one part, in the channels' own order
+  p.b_k_permuted = !cp.tf32_products;
   p.bias = cp.bias;
   p.y = cp.y;
   p.y_channels_first = cp.y_channels_first;
@@ -286,10 +289,28 @@ cudaError_t split_tf32_weights(const conv::Conv3dChannelsLastParams& cp, const W
 
 cudaError_t wgmma_conv_launch(const conv::Conv3dChannelsLastParams& cp, void* workspace,
                               cudaStream_t stream) {
-  const WgmmaConvParams p = wgmma_conv_params(cp, workspace);
+  WgmmaConvParams p = wgmma_conv_params(cp, workspace);
+  // The plane-box kernel (wgmma_plane_conv3d.cuh) where it takes the convolution (stride 1, y
+  // NCDHW: the input gradients), with plain TF32 products by default, with split ones where
+  // FUSED_OPS_PLANE_CONV is "1" ("0": never). Its weights are 64-channel tiles in the permuted
+  // K order whatever the products. At the headline's input gradient on an H200 (2026-11-28,
+  // benchmarks/h200-2026-11-28-plane-input-grad/notes.txt) the plain TF32 products took
+  // 0.924 ms against the im2col tiles' 0.972-0.976 (it reads ~6x fewer activation bytes from
+  // L2),
+  // the split ones 2.040 against 2.034 (the tensor cores' rate bounds both).
+  const bool plane = (cp.tf32_products ? !env_switch_off("FUSED_OPS_PLANE_CONV")
+                                       : env_switch_on("FUSED_OPS_PLANE_CONV")) &&
+                     wgmma_plane_conv3d_supported(p, cp.tf32_products);
+  if (plane) {
+    p.b_bn = 64;
+    p.b_k_permuted = true;
+  }
   const cudaError_t e = split_tf32_weights(cp, p, stream);
   if (e != cudaSuccess) {
     return e;
+  }
+  if (plane) {
+    return wgmma_plane_conv3d_launch(p, cp.tf32_products, stream);
   }
   cudaError_t conv;
   if (cp.tf32_products) {
