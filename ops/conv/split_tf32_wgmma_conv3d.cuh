@@ -1005,6 +1005,8 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
       const int64_t m0 = row_tile_of(group) * kBM + part % Tile::kOutParts * kOutRows;
       const int n0 = static_cast<int>(group % n_tiles) * kBN;
       const int64_t rows = min(static_cast<int64_t>(kOutRows), p.row_end - m0);  // <= 0: past it
+      // The part's row where the next sample begins (past its rows: the part is in one sample).
+      const auto next_sample_row = [&] { return (m0 / p.spatial + 1) * p.spatial - m0; };
       // The next part: this tile's next, else the block's next tile's first.
       part = (part + 1) % Tile::kOutParts != 0 ? part + 1 : (group + group_step) * Tile::kOutParts;
       out_handoff.epilogue_wait_full(u);
@@ -1020,7 +1022,7 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
         // the column after the stores (below, for the other parts) 0.858-0.863, and with this
         // walk storing its column itself (4-byte stores) 0.842 even without the moments.
         if (p.tile_moments != nullptr && !p.y_channels_first && rows == kOutRows &&
-            (m0 / p.spatial + 1) * p.spatial - m0 >= kOutRows) {
+            next_sample_row() >= kOutRows) {
           const int c = etid;  // (kBN == 128: a column a thread)
           ColumnMoments moments;
 #pragma unroll
@@ -1100,7 +1102,7 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
         // double sums cost the products time: the tensor cores share their pipe with FP64).
         // relu(y) as stored (NaN kept).
         const float* column = out_tile + etid;
-        const int64_t boundary = (m0 / p.spatial + 1) * p.spatial - m0;  // the next sample's row
+        const int64_t boundary = next_sample_row();
         const int segments = boundary < rows ? 2 : 1;
         for (int segment = 0; segment < segments; ++segment) {
           const int lo = segment == 0 ? 0 : static_cast<int>(boundary);

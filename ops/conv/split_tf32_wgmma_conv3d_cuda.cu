@@ -296,8 +296,7 @@ cudaError_t wgmma_conv_launch(const conv::Conv3dChannelsLastParams& cp, void* wo
   // K order whatever the products. At the headline's input gradient on an H200 (2026-11-28,
   // benchmarks/h200-2026-11-28-plane-input-grad/notes.txt) the plain TF32 products took
   // 0.924 ms against the im2col tiles' 0.972-0.976 (it reads ~6x fewer activation bytes from
-  // L2),
-  // the split ones 2.040 against 2.034 (the tensor cores' rate bounds both).
+  // L2), the split ones 2.040 against 2.034 (the tensor cores' rate bounds both).
   const bool plane = (cp.tf32_products ? !env_switch_off("FUSED_OPS_PLANE_CONV")
                                        : env_switch_on("FUSED_OPS_PLANE_CONV")) &&
                      wgmma_plane_conv3d_supported(p, cp.tf32_products);
