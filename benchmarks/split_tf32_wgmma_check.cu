@@ -456,11 +456,11 @@ int check_wgrad(const std::vector<Problem>& problems, std::mt19937& rng) {
     void* ws = nullptr;
     CHECK_CUDA(cudaMalloc(&ws, gpu::wgmma_wgrad_workspace_bytes(s)));
     const Errors e = measure("wgmma wgrad", [&] {
-      return gpu::wgmma_wgrad_launch(s, dx_ncdhw, ddy, dw, ws, /*split=*/true, nullptr);
+      return gpu::wgmma_wgrad_launch(s, dx_ncdhw, ddy, {}, dw, ws, /*split=*/true, nullptr);
     });
     // Plain TF32 products (the library's allow_tf32 mode): time and error, for the record.
     const Errors tf32 = measure("wgmma tf32", [&] {
-      return gpu::wgmma_wgrad_launch(s, dx_ncdhw, ddy, dw, ws, /*split=*/false, nullptr);
+      return gpu::wgmma_wgrad_launch(s, dx_ncdhw, ddy, {}, dw, ws, /*split=*/false, nullptr);
     });
     if (!tf32.finite || tf32.rel_l2 > 1e-3) {
       std::printf("%-42s wgmma tf32 wgrad FAIL\n", q.name);

@@ -9,7 +9,9 @@ Against float64, in both TF32 modes: output widths that leave most of a 32-colum
 Wo (8) or spill into a second one (36), heights that are not a multiple of the tile's rows,
 input gradients with a partial 64-channel tile (36) and partial 32-channel chunks (module C_out
 200: the box's channels past it are the tensor map's zeros), padding and dilation, N = 1; that
-the backward ran the kernel; and that two runs give the same bits."""
+the backward ran the kernel; and that two runs give the same bits. These run it on dy in
+memory (FUSED_OPS_NORM_GRAD_OPERAND=0); test_conv_transpose_norm_grad_operand.py, on dy
+computed as the kernel loads it."""
 
 from __future__ import annotations
 
@@ -45,6 +47,9 @@ TF32_CASES = {
 @pytest.fixture(autouse=True)
 def plane_kernel(monkeypatch):
     monkeypatch.setenv("FUSED_OPS_PLANE_CONV", "1")  # (read per call)
+    # dy in memory (the default; test_conv_transpose_norm_grad_operand.py: dy computed as the
+    # kernel loads it, FUSED_OPS_NORM_GRAD_OPERAND=1).
+    monkeypatch.setenv("FUSED_OPS_NORM_GRAD_OPERAND", "0")
 
 
 def _runs_wgmma():

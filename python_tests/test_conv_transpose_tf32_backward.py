@@ -105,8 +105,9 @@ def test_input_gradient_runs_the_wgmma_kernel():
 def test_conv_bias_gradient_is_the_group_norm_backwards_channel_sums(tf32, monkeypatch):
     """Where the backward's convolutions read the conv output's gradient NDHWC (the rewrites of
     conv_stage.cpp), the conv bias's gradient comes from the GroupNorm backward that writes it
-    (channel_sums_kernel over its tiles' sums), not from a reduction over it afterwards; its
-    values are test_gradients_vs_float64's."""
+    (channel_sums_kernel over its tiles' sums), and where they compute it from the GroupNorm's
+    coefficients, from its sums pass (affine_param_grads_kernel over the rows' sums of dy); not
+    from a reduction over it afterwards; its values are test_gradients_vs_float64's."""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
     _, fused, x = _models_and_input("whole_boxes", True, "ncdhw")
     m, gn = fused.conv_transpose, fused.group_norm
@@ -116,6 +117,8 @@ def test_conv_bias_gradient_is_the_group_norm_backwards_channel_sums(tf32, monke
     if not path.startswith("transposed_as_forward"):
         pytest.skip(f"the convolution runs {path!r} on this device (not an NDHWC rewrite)")
     names = _backward_kernel_names(fused, x)
-    assert any("channel_sums_kernel" in n for n in names), names
+    written = any("relu_backward_input_channels_last_kernel" in n for n in names)
+    sums = "channel_sums_kernel" if written else "affine_param_grads_kernel"
+    assert any(sums in n for n in names), names
     assert not any("at::native::reduce_kernel" in n for n in names), names  # (ATen's sum)
     assert m.bias.grad is not None and torch.isfinite(m.bias.grad).all()

@@ -454,6 +454,21 @@ struct OnePassBackwardCudaKernel {
 };
 extern const OnePassBackwardCudaKernel conv3d_group_norm_mean_onepass_backward_cuda;
 
+// The ReLU -> GroupNorm backward's input gradient as a convolution's operand, computed where the
+// convolution loads it instead of read from memory (so that no pass writes it):
+//   operand[n, c, s] = relu_group_norm_input_grad(coefficients[n * C + c], conv_output[n, c, s],
+//                                                 grad_output[n, c, s])
+// (group_norm_math.h), s over the D * H * W positions, C the operand's channels: the input
+// gradient's convolution and the weight gradient's of a transposed convolution that runs as its
+// forward rewrite (conv_stage.cpp), whose conv output the GroupNorm normalised. Float32, each
+// tensor contiguous and 16-byte aligned; D * H * W a multiple of 4 (the tensor maps' strides).
+struct ReluGroupNormGradOperand {
+  const float* grad_output = nullptr;   // (N, C, D, H, W): the GroupNorm's output gradient
+  const float* conv_output = nullptr;   // (N, C, D, H, W): the saved conv output, before the ReLU
+  const float* coefficients = nullptr;  // (N * C, 3): (c1, c2, c3) per (n, c)
+  FUSED_OPS_HOST_DEVICE bool defined() const { return grad_output != nullptr; }
+};
+
 // A forward 3-d convolution in float32, channels last, one conv group: x (N, D, H, W, C_in),
 // weight (C_out, kD, kH, kW, C_in), bias (C_out; required: pass zeros for none), y (N, Do, Ho,
 // Wo, C_out); all contiguous, x and y 16-byte aligned (the kernels' 16-byte copies and stores).
@@ -484,6 +499,10 @@ struct Conv3dChannelsLastParams {
   // kH, kW) with one conv group, which the wgmma kernels' weight split reads flipped
   // (tf32_relu_group_norm_forward's launch only; saves the flip's and the permute's passes).
   bool weight_of_transposed = false;
+  // Where defined (forward takes it where norm_grad_operand_supported, with y_channels_first):
+  // x is this operand, computed as the plane-box kernel loads it (x itself null); with
+  // tf32_products it is rounded to TF32 there.
+  ReluGroupNormGradOperand x_from_norm;
 };
 
 // ConvTranspose3d -> ReLU -> GroupNorm's inference forward with TF32 products, pipelined
@@ -518,6 +537,9 @@ struct Conv3dWeightGradNcdhwInputParams {
   // true: split-TF32 products (float32-grade); false: plain TF32 products (PyTorch's
   // allow_tf32 mode, as accurate as cuDNN's TF32 kernels and 3x fewer products).
   bool split_tf32;
+  // Where defined (grad_y null then; where norm_grad_operand_supported): grad_y is this operand
+  // (channels C_out, positions Do * Ho * Wo), computed as the kernel loads it.
+  ReluGroupNormGradOperand grad_y_from_norm = {};
 };
 
 // Whether the split-TF32 tensor-core convolution (split_tf32_conv3d.cuh) takes this shape: one
@@ -565,6 +587,13 @@ struct SplitTf32Conv3dCudaKernel {
   // with TF32 on.
   bool (*weight_grad_ncdhw_input_supported)(const Conv3dShape&);
   CudaKernel<Conv3dWeightGradNcdhwInputParams> weight_grad_ncdhw_input;
+  // Whether both convolutions of a transposed convolution's backward take their operand from
+  // the ReLU -> GroupNorm backward (ReluGroupNormGradOperand) on the current device: forward of
+  // `input_grad` (the input gradient's convolution: split_tf32_input_grad_shape) with
+  // x_from_norm, and weight_grad_ncdhw_input of `forward` (the forward rewrite) with
+  // grad_y_from_norm; with split-TF32 products, or plain TF32 ones where tf32_products.
+  bool (*norm_grad_operand_supported)(const Conv3dShape& input_grad, const Conv3dShape& forward,
+                                      bool tf32_products);
 };
 extern const SplitTf32Conv3dCudaKernel split_tf32_conv3d_cuda;
 

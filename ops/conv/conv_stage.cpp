@@ -321,14 +321,17 @@ at::Tensor transposed_as_forward_split_tf32(const at::Tensor& input, const at::T
 // The forward rewrite `forward`'s weight gradient into forward_grad (C_out, k..., C_in) on
 // Hopper's wgmma kernel, x read NCDHW (the module's layout: no transpose unless the input comes
 // channels-last), dy NDHWC.
+// (dy_from_norm defined: dy is that operand, and `dy` undefined.)
 void run_weight_grad_ncdhw_input(const char* op, const at::Tensor& dy, const at::Tensor& input,
                                  const Conv3dShape& forward, bool split_tf32,
-                                 at::Tensor& forward_grad) {
+                                 at::Tensor& forward_grad,
+                                 const ReluGroupNormGradOperand& dy_from_norm = {}) {
   const at::Tensor x = aligned_16(float_cuda_in_format(input, at::MemoryFormat::Contiguous));
   run_cuda_kernel(op, input,
                   Conv3dWeightGradNcdhwInputParams{
-                      forward, x.const_data_ptr<float>(), dy.const_data_ptr<float>(),
-                      forward_grad.mutable_data_ptr<float>(), split_tf32},
+                      forward, x.const_data_ptr<float>(),
+                      dy_from_norm.defined() ? nullptr : dy.const_data_ptr<float>(),
+                      forward_grad.mutable_data_ptr<float>(), split_tf32, dy_from_norm},
                   split_tf32_conv3d_cuda.weight_grad_ncdhw_input);
 }
 
@@ -337,23 +340,29 @@ void run_weight_grad_ncdhw_input(const char* op, const at::Tensor& dy, const at:
 // (split_tf32_input_grad_shape), on our kernels (split-TF32 or plain TF32 products), in the
 // layout of `input`: an NCDHW one written so by the wgmma kernel's epilogue where it runs (no
 // transpose pass after: 0.10 ms at the headline on an H100), else computed NDHWC and changed.
+// With dy_from_norm defined, dy is that operand (`dy` undefined): NCDHW out (the caller's
+// conv3d_backward_takes_norm_operand).
 at::Tensor input_grad_on_split_tf32_kernels(const char* op, const at::Tensor& dy,
                                             const at::Tensor& input, const at::Tensor& weight,
                                             const Conv3dShape& forward, const Conv3dParams& p,
-                                            bool tf32_products) {
+                                            bool tf32_products,
+                                            const ReluGroupNormGradOperand& dy_from_norm = {}) {
   constexpr auto kChannelsLast = at::MemoryFormat::ChannelsLast3d;
   Conv3dChannelsLastParams params{};
   params.conv = split_tf32_input_grad_shape(forward, p);
   params.tf32_products = tf32_products;
+  params.x_from_norm = dy_from_norm;
   params.y_channels_first = input.suggest_memory_format() == at::MemoryFormat::Contiguous &&
                             split_tf32_conv3d_cuda.forward_channels_first_supported(params.conv);
+  TORCH_INTERNAL_ASSERT(params.y_channels_first || !dy_from_norm.defined(),
+                        "the GroupNorm backward's operand writes the input gradient NCDHW");
   // (C_in, C_out, k...) -> (C_in, k..., C_out): KTRSC with the input gradient's "K" = C_in.
   const at::Tensor w = weight.permute({0, 2, 3, 4, 1}).contiguous();
   const at::Tensor zero_bias = at::zeros({forward.C_in}, input.options());
   at::Tensor dx = at::empty(
       input.sizes(), input.options().memory_format(
                          params.y_channels_first ? at::MemoryFormat::Contiguous : kChannelsLast));
-  params.x = dy.const_data_ptr<float>();
+  params.x = dy_from_norm.defined() ? nullptr : dy.const_data_ptr<float>();
   params.weight = w.const_data_ptr<float>();
   params.bias = zero_bias.const_data_ptr<float>();
   params.y = dx.mutable_data_ptr<float>();
@@ -760,6 +769,63 @@ bool autograd_records(const at::Tensor& input, const at::Tensor& weight,
 
 at::Tensor empty_conv_output(const at::Tensor& input, c10::SymIntArrayRef shape) {
   return at::empty_symint(shape, input.options().memory_format(input.suggest_memory_format()));
+}
+
+bool conv3d_backward_takes_norm_operand(const at::Tensor& input, const at::Tensor& weight,
+                                        const Conv3dParams& p) {
+#ifdef FUSED_OPS_WITH_CUTLASS
+  if (!p.transposed || !input.is_cuda() || input.scalar_type() != at::kFloat || p.groups != 1 ||
+      input.suggest_memory_format() != at::MemoryFormat::Contiguous) {
+    return false;
+  }
+  const c10::DeviceGuard device_guard(input.device());  // (the kernels' checks ask the device)
+  const ConvPath path = select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm);
+  const bool split_tf32 = path == ConvPath::kTransposedAsForwardSplitTf32;
+  if (!(split_tf32 || backward_is_tf32_rewrite(input, path))) {
+    return false;
+  }
+  const Conv3dShape forward = split_tf32_params_of_transposed(input, weight, p).conv;
+  return split_tf32_conv3d_cuda.norm_grad_operand_supported(split_tf32_input_grad_shape(forward, p),
+                                                            forward, /*tf32_products=*/!split_tf32);
+#else
+  return false;
+#endif
+}
+
+std::tuple<at::Tensor, at::Tensor> conv3d_backward_from_norm_operand(
+    const at::Tensor& grad_output, const at::Tensor& conv_output, const at::Tensor& coefficients,
+    const at::Tensor& input, const at::Tensor& weight, const Conv3dParams& p,
+    std::array<bool, 2> output_mask) {
+#ifdef FUSED_OPS_WITH_CUTLASS
+  constexpr const char* kOp =
+      "fused::conv_transpose3d_relu_group_norm (backward from the GroupNorm's coefficients)";
+  const c10::DeviceGuard device_guard(input.device());
+  const bool split_tf32 = select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm) ==
+                          ConvPath::kTransposedAsForwardSplitTf32;
+  const Conv3dShape forward = split_tf32_params_of_transposed(input, weight, p).conv;
+  const at::Tensor g = aligned_16(grad_output.contiguous());
+  const at::Tensor y = aligned_16(conv_output.contiguous());
+  const at::Tensor k = aligned_16(coefficients.contiguous());
+  const ReluGroupNormGradOperand operand{g.const_data_ptr<float>(), y.const_data_ptr<float>(),
+                                         k.const_data_ptr<float>()};
+  at::Tensor grad_input, grad_weight;
+  if (output_mask[0]) {
+    grad_input = input_grad_on_split_tf32_kernels(kOp, at::Tensor(), input, weight, forward, p,
+                                                  /*tf32_products=*/!split_tf32, operand);
+  }
+  if (output_mask[1]) {
+    at::Tensor forward_grad = at::empty(
+        {forward.C_out, forward.kD, forward.kH, forward.kW, forward.C_in}, input.options());
+    run_weight_grad_ncdhw_input(kOp, at::Tensor(), input, forward, split_tf32, forward_grad,
+                                operand);
+    grad_weight = transposed_weight_of_forward(forward_grad.permute({0, 4, 1, 2, 3}), p.groups,
+                                               weight.sizes())
+                      .contiguous(weight.suggest_memory_format());
+  }
+  return {grad_input, grad_weight};
+#else
+  TORCH_INTERNAL_ASSERT(false, "the GroupNorm's operand selected in a build without CUTLASS");
+#endif
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(const at::Tensor& grad_conv_output,

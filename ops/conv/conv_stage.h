@@ -127,6 +127,25 @@ bool conv3d_backward_reads_channels_last(const at::Tensor& input, const at::Tens
 bool conv3d_backward_is_tf32(const at::Tensor& input, const at::Tensor& weight,
                              const Conv3dParams& params);
 
+// Whether the backward of a transposed convolution that ReLU -> GroupNorm follows runs its two
+// convolutions with the GroupNorm backward's input gradient computed as they load it
+// (conv3d_backward_from_norm_operand), so that nothing writes the conv output's gradient: where
+// the environment variable FUSED_OPS_NORM_GRAD_OPERAND is "1" (read per call; off by default:
+// slower than writing it at the headline, benchmarks/h200-2026-11-28-norm-grad-operand/), for
+// the float32 CUDA rewrites with our wgmma kernels (split TF32, or TF32 with TF32 allowed), one
+// conv group, an NCDHW input, shapes the kernels take (split_tf32_conv3d_cuda's
+// norm_grad_operand_supported).
+bool conv3d_backward_takes_norm_operand(const at::Tensor& input, const at::Tensor& weight,
+                                        const Conv3dParams& params);
+
+// That backward: (grad_input, grad_weight), each undefined where output_mask is false, from the
+// GroupNorm's output gradient, the saved conv output and the coefficients of
+// norm::relu_group_norm_backward_coefficients (where conv3d_backward_takes_norm_operand).
+std::tuple<at::Tensor, at::Tensor> conv3d_backward_from_norm_operand(
+    const at::Tensor& grad_output, const at::Tensor& conv_output, const at::Tensor& coefficients,
+    const at::Tensor& input, const at::Tensor& weight, const Conv3dParams& params,
+    std::array<bool, 2> output_mask);
+
 // Gradients of run_conv3d's (grad_input, grad_weight, grad_bias) given the gradient of its
 // output (any layout), each undefined where output_mask is false (grad_bias also when has_bias is
 // false); grad_input and grad_weight in the memory formats that input and weight suggest. For Meta
@@ -164,16 +183,25 @@ int64_t cpu_batch_chunks(const at::Tensor& input, c10::SymIntArrayRef conv_outpu
 // grad_conv_bias, grad_gn_weight, grad_gn_bias), each undefined where output_mask is false.
 // With batch_chunks > 1 (cpu_batch_chunks), both run chunk by chunk of the batch, the gradients
 // of the parameters summed over the chunks in order.
-template <typename NormBackward>
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_group_norm_backward(
-    const char* op, const at::Tensor& input, const at::Tensor& weight,
-    const at::Tensor& conv_output, bool has_conv_bias, const Conv3dParams& params,
-    std::array<bool, 5> output_mask, int64_t batch_chunks, const NormBackward& norm_backward) {
+// The checks of a fused conv operator's backward arguments: input and weight, and the saved conv
+// output against them.
+inline void check_conv_group_norm_backward_args(const char* op, const at::Tensor& input,
+                                                const at::Tensor& weight,
+                                                const at::Tensor& conv_output,
+                                                const Conv3dParams& params) {
   const auto conv_shape = check_conv3d_args(op, input, weight, c10::nullopt, params);
   TORCH_CHECK(conv_output.sym_sizes() == c10::SymIntArrayRef(conv_shape), op,
               ": expected conv_output of shape ", c10::SymIntArrayRef(conv_shape), ", got ",
               conv_output.sym_sizes());
   check_same_device_and_dtype(op, "conv_output", conv_output, "input", input);
+}
+
+template <typename NormBackward>
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> conv_group_norm_backward(
+    const char* op, const at::Tensor& input, const at::Tensor& weight,
+    const at::Tensor& conv_output, bool has_conv_bias, const Conv3dParams& params,
+    std::array<bool, 5> output_mask, int64_t batch_chunks, const NormBackward& norm_backward) {
+  check_conv_group_norm_backward_args(op, input, weight, conv_output, params);
   const bool need_conv_grad = output_mask[0] || output_mask[1] || output_mask[2];
   const std::array<bool, 3> norm_mask{need_conv_grad, output_mask[3], output_mask[4]};
   const std::array<bool, 3> conv_mask{output_mask[0], output_mask[1], output_mask[2]};

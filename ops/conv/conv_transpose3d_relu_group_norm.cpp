@@ -132,6 +132,24 @@ conv_transpose3d_relu_group_norm_backward(const at::Tensor& grad_output, const a
                                           bool has_conv_bias, std::array<bool, 5> output_mask) {
   const Conv3dParams params = make_conv3d_params(kBackwardName, stride, padding, output_padding,
                                                  dilation, groups, /*transposed=*/true);
+  // Where our wgmma kernels take both convolutions with the GroupNorm backward's input gradient
+  // computed as they load it (conv3d_backward_takes_norm_operand), that gradient is never
+  // written: the GroupNorm backward gives its per-(n, c) coefficients (and the conv bias's
+  // gradient, its channel sums, from its sums pass), the convolutions read grad_output and the
+  // saved conv output.
+  if ((output_mask[0] || output_mask[1]) && !input.is_meta() && input.numel() > 0 &&
+      conv3d_backward_takes_norm_operand(input, weight, params)) {
+    check_conv_group_norm_backward_args(kBackwardName, input, weight, conv_output, params);
+    const bool grad_conv_bias_asked = has_conv_bias && output_mask[2];
+    at::Tensor grad_conv_bias;
+    auto [coefficients, grad_gn_weight, grad_gn_bias] = norm::relu_group_norm_backward_coefficients(
+        grad_output, conv_output, mean, rstd, num_groups, gn_weight,
+        {output_mask[3], output_mask[4]}, grad_conv_bias_asked ? &grad_conv_bias : nullptr);
+    auto [grad_input, grad_weight] =
+        conv3d_backward_from_norm_operand(grad_output, conv_output, coefficients, input, weight,
+                                          params, {output_mask[0], output_mask[1]});
+    return {grad_input, grad_weight, grad_conv_bias, grad_gn_weight, grad_gn_bias};
+  }
   // The whole batch: chunks (conv_stage.h) were measured for Conv3dGroupNormMean only (oneDNN's
   // transposed convolution of one sample at a time was 3x slower per sample than of two).
   const bool grad_conv_output_channels_last =

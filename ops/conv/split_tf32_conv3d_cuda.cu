@@ -12,6 +12,7 @@
 #include "conv/split_tf32_conv3d.cuh"
 #include "conv/split_tf32_wgmma_conv3d.cuh"
 #include "conv/split_tf32_wgmma_wgrad.cuh"
+#include "conv/wgmma_plane_conv3d.cuh"
 
 namespace fused_ops {
 namespace gpu {
@@ -48,8 +49,10 @@ size_t forward_workspace_bytes(const conv::Conv3dChannelsLastParams& p) {
 int forward_launch(const conv::Conv3dChannelsLastParams& p, void* workspace, void* stream) {
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   if ((p.tf32_products && !wgmma_conv_tf32_supported(p.conv)) ||
-      (p.y_channels_first && !wgmma_conv_channels_first_supported(p.conv))) {
-    // (the host asks forward_tf32_supported / forward_channels_first_supported)
+      (p.y_channels_first && !wgmma_conv_channels_first_supported(p.conv)) ||
+      (p.x_from_norm.defined() && !(p.y_channels_first && wgmma_conv_supported(p.conv)))) {
+    // (the host asks forward_tf32_supported / forward_channels_first_supported /
+    // norm_grad_operand_supported)
     return static_cast<int>(cudaErrorInvalidValue);
   }
   if (wgmma_conv_supported(p.conv)) {
@@ -99,8 +102,29 @@ size_t weight_grad_ncdhw_input_workspace_bytes(const conv::Conv3dWeightGradNcdhw
 
 int weight_grad_ncdhw_input_launch(const conv::Conv3dWeightGradNcdhwInputParams& p, void* workspace,
                                    void* stream) {
-  return static_cast<int>(wgmma_wgrad_launch(p.conv, p.x, p.grad_y, p.grad_weight, workspace,
-                                             p.split_tf32, static_cast<cudaStream_t>(stream)));
+  return static_cast<int>(wgmma_wgrad_launch(p.conv, p.x, p.grad_y, p.grad_y_from_norm,
+                                             p.grad_weight, workspace, p.split_tf32,
+                                             static_cast<cudaStream_t>(stream)));
+}
+
+bool norm_grad_operand_supported(const conv::Conv3dShape& input_grad,
+                                 const conv::Conv3dShape& forward, bool tf32_products) {
+  // Opted into only (FUSED_OPS_NORM_GRAD_OPERAND=1): slower than writing dy at the headline
+  // (benchmarks/h200-2026-11-28-norm-grad-operand/notes.txt).
+  if (!env_switch_on("FUSED_OPS_NORM_GRAD_OPERAND") ||
+      !(tf32_products ? wgmma_conv_tf32_supported(input_grad) : wgmma_conv_supported(input_grad)) ||
+      !wgmma_conv_channels_first_supported(input_grad) ||
+      !wgmma_wgrad_norm_operand_supported(forward)) {
+    return false;
+  }
+  // The plane kernel's checks of the shape (the pointers' alignment: any 16-byte aligned
+  // address stands for the tensors here; the launch checks the real ones).
+  float* const aligned = reinterpret_cast<float*>(uintptr_t{16});
+  conv::Conv3dChannelsLastParams shape_only{input_grad, nullptr, nullptr, nullptr, aligned};
+  shape_only.tf32_products = tf32_products;
+  shape_only.y_channels_first = true;
+  shape_only.x_from_norm = {aligned, aligned, aligned};
+  return wgmma_plane_conv3d_supported(wgmma_conv_params(shape_only, nullptr), tf32_products);
 }
 
 }  // namespace
@@ -119,7 +143,8 @@ const SplitTf32Conv3dCudaKernel split_tf32_conv3d_cuda{
     {gpu::wgmma_tf32_relu_group_norm_workspace_bytes, gpu::tf32_relu_group_norm_launch},
     {gpu::weight_grad_workspace_bytes, gpu::weight_grad_launch},
     gpu::wgmma_wgrad_supported,
-    {gpu::weight_grad_ncdhw_input_workspace_bytes, gpu::weight_grad_ncdhw_input_launch}};
+    {gpu::weight_grad_ncdhw_input_workspace_bytes, gpu::weight_grad_ncdhw_input_launch},
+    gpu::norm_grad_operand_supported};
 
 }  // namespace conv
 }  // namespace fused_ops

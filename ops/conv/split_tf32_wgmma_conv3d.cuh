@@ -175,6 +175,9 @@ struct WgmmaConvParams {
   // With the im2col copies: what the producer warpgroup's idle warps do beside the
   // convolution (conv_side_work.cuh; none where its ranges are empty).
   ConvSideWork side;
+  // Where defined, x is this operand (x null), NCDHW: the plane-box kernel's only
+  // (wgmma_plane_conv3d.cuh, "The GroupNorm backward's operand").
+  conv::ReluGroupNormGradOperand x_from_norm;
 };
 
 constexpr int kWgmmaConvBK = 32;        // input channels per K block: one 128-byte row
@@ -557,8 +560,7 @@ __device__ __forceinline__ void stage_block_transposed(uint8_t* boxes, const flo
 // consumers' acquire. The kernels of split_tf32_wgmma_conv3d.cuh and _wgrad.cuh.
 template <int kStages, bool kProducerProxyFence = true>
 struct StageRing {
-  static constexpr int kLag = kStages - 2;
-  static_assert(kLag >= 1, "publishing lags the copies by 1 .. kStages - 1 blocks");
+  static constexpr int kLag = kStages - 2;  // (producer_publish's: at least 1)
   uint64_t* full;
   uint64_t* empty;
 
@@ -584,6 +586,7 @@ struct StageRing {
   }
   // Producer, after committing block kb's copies: publishes block kb - kLag.
   __device__ void producer_publish(int kb) const {
+    static_assert(kLag >= 1, "publishing lags the copies by 1 .. kStages - 1 blocks");
     if (kb >= kLag) {
       cp_async_wait<kLag>();
       if (kProducerProxyFence) {

@@ -207,6 +207,24 @@ cudaError_t relu_moments_of_tiles(const WgmmaConvParams& p, bool tf32_products, 
 
 }  // namespace
 
+cudaError_t make_norm_grad_run_map(const float* tensor, int64_t N, int64_t C, int64_t positions,
+                                   int channels, CUtensorMap* map) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr || positions % 4 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(positions), static_cast<cuuint64_t>(C),
+                              static_cast<cuuint64_t>(N)};
+  const auto strides = dense_float_strides(dims);
+  const cuuint32_t box[3] = {kNormGradRunPositions, static_cast<cuuint32_t>(channels), 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(tensor),
+                            dims, strides.data(), box, element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
 bool wgmma_conv_available() {
   static Sm90aImageQuery query(
       reinterpret_cast<const void*>(sm90a_image_probe_kernel<WgmmaConvFile>),
@@ -268,6 +286,7 @@ WgmmaConvParams wgmma_conv_params(const conv::Conv3dChannelsLastParams& cp, void
   p.b_parts = cp.tf32_products ? 1 : 2;  // plain TF32: one part, in the channels' own order
   p.b_k_permuted = !cp.tf32_products;
   p.bias = cp.bias;
+  p.x_from_norm = cp.x_from_norm;
   p.y = cp.y;
   p.y_channels_first = cp.y_channels_first;
   p.spatial = s.Do * s.Ho * s.Wo;
@@ -297,9 +316,15 @@ cudaError_t wgmma_conv_launch(const conv::Conv3dChannelsLastParams& cp, void* wo
   // benchmarks/h200-2026-11-28-plane-input-grad/notes.txt) the plain TF32 products took
   // 0.924 ms against the im2col tiles' 0.972-0.976 (it reads ~6x fewer activation bytes from
   // L2), the split ones 2.040 against 2.034 (the tensor cores' rate bounds both).
-  const bool plane = (cp.tf32_products ? !env_switch_off("FUSED_OPS_PLANE_CONV")
-                                       : env_switch_on("FUSED_OPS_PLANE_CONV")) &&
-                     wgmma_plane_conv3d_supported(p, cp.tf32_products);
+  // The GroupNorm backward's operand (x_from_norm, wgmma_plane_conv3d.cuh) is built by the
+  // plane kernel only.
+  const bool from_norm = cp.x_from_norm.defined();
+  if (from_norm && !wgmma_plane_conv3d_supported(p, cp.tf32_products)) {
+    return cudaErrorInvalidValue;  // (the host asks norm_grad_operand_supported)
+  }
+  const bool plane = from_norm || ((cp.tf32_products ? !env_switch_off("FUSED_OPS_PLANE_CONV")
+                                                     : env_switch_on("FUSED_OPS_PLANE_CONV")) &&
+                                   wgmma_plane_conv3d_supported(p, cp.tf32_products));
   if (plane) {
     p.b_bn = 64;
     p.b_k_permuted = true;
@@ -469,6 +494,12 @@ namespace {
 using WgradSplitTile = WgmmaWgradTile<4, true>;
 using WgradTf32Tile = WgmmaWgradTile<4, false>;
 constexpr int kWgradSmemBytes = std::max(WgradSplitTile::kSmemBytes, WgradTf32Tile::kSmemBytes);
+// With the GroupNorm backward's operand (its three run slots, 120 KB): 2 stages, published as
+// soon as written (no copies in flight to lag behind).
+using WgradSplitNormTile = WgmmaWgradTile<2, true, true>;
+using WgradTf32NormTile = WgmmaWgradTile<2, false, true>;
+constexpr int kWgradNormSmemBytes =
+    std::max(WgradSplitNormTile::kSmemBytes, WgradTf32NormTile::kSmemBytes);
 
 WgmmaWgradParams wgrad_params(const conv::Conv3dShape& s) {
   WgmmaWgradParams p{};
@@ -545,27 +576,55 @@ bool wgmma_wgrad_supported(const conv::Conv3dShape& s) {
          wgmma_conv_available() && encode_tiled() != nullptr;
 }
 
+bool wgmma_wgrad_norm_operand_supported(const conv::Conv3dShape& s) {
+  // The runs' maps: positions a multiple of 4 (their strides), coordinates within int32.
+  const int64_t positions = s.Do * s.Ho * s.Wo;
+  return positions % 4 == 0 && positions <= (int64_t{1} << 30) &&
+         static_cast<size_t>(kWgradNormSmemBytes) <= current_device_info().shared_memory &&
+         wgmma_wgrad_supported(s);
+}
+
 size_t wgmma_wgrad_workspace_bytes(const conv::Conv3dShape& s) {
   const WgmmaWgradParams p = wgrad_params(s);
   return static_cast<size_t>(p.grid_blocks + s.kD * s.kH) * s.kW * s.C_out * s.C_in * sizeof(float);
 }
 
 cudaError_t wgmma_wgrad_launch(const conv::Conv3dShape& s, const float* x_ncdhw,
-                               const float* dy_ndhwc, float* dw, void* workspace, bool split,
-                               cudaStream_t stream) {
+                               const float* dy_ndhwc,
+                               const conv::ReluGroupNormGradOperand& dy_from_norm, float* dw,
+                               void* workspace, bool split, cudaStream_t stream) {
   WgmmaWgradParams p = wgrad_params(s);
   p.x = x_ncdhw;
   p.dy = dy_ndhwc;
+  p.dy_from_norm = dy_from_norm;
   p.partial = static_cast<float*>(workspace);
   p.dw = dw;
-  CUtensorMap x_map{};
+  const bool from_norm = dy_from_norm.defined();
+  if (from_norm && !wgmma_wgrad_norm_operand_supported(s)) {
+    return cudaErrorInvalidValue;  // (the host asks norm_grad_operand_supported)
+  }
+  CUtensorMap x_map{}, g_map{}, conv_map{};
   cudaError_t e = make_wgrad_x_map(p, &x_map);
   if (e != cudaSuccess) {
     return e;
   }
-  const auto kernel = split ? split_tf32_wgmma_wgrad_kernel<WgradSplitTile::kStages, true>
-                            : split_tf32_wgmma_wgrad_kernel<WgradTf32Tile::kStages, false>;
-  const int smem_bytes = split ? WgradSplitTile::kSmemBytes : WgradTf32Tile::kSmemBytes;
+  if (from_norm) {
+    const int64_t positions = s.Do * s.Ho * s.Wo;
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(make_norm_grad_run_map(dy_from_norm.grad_output, s.N, s.C_out,
+                                                          positions, kWgradBM, &g_map));
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(make_norm_grad_run_map(dy_from_norm.conv_output, s.N, s.C_out,
+                                                          positions, kWgradBM, &conv_map));
+  } else {
+    g_map = conv_map = x_map;  // (not read)
+  }
+  const auto kernel =
+      from_norm ? (split ? split_tf32_wgmma_wgrad_kernel<WgradSplitNormTile::kStages, true, true>
+                         : split_tf32_wgmma_wgrad_kernel<WgradTf32NormTile::kStages, false, true>)
+                : (split ? split_tf32_wgmma_wgrad_kernel<WgradSplitTile::kStages, true>
+                         : split_tf32_wgmma_wgrad_kernel<WgradTf32Tile::kStages, false>);
+  const int smem_bytes =
+      from_norm ? (split ? WgradSplitNormTile::kSmemBytes : WgradTf32NormTile::kSmemBytes)
+                : (split ? WgradSplitTile::kSmemBytes : WgradTf32Tile::kSmemBytes);
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (e != cudaSuccess) {
     return e;
@@ -573,7 +632,7 @@ cudaError_t wgmma_wgrad_launch(const conv::Conv3dShape& s, const float* x_ncdhw,
   const dim3 grid(static_cast<unsigned>(p.grid_blocks),
                   static_cast<unsigned>(ceil_div(s.C_out, kWgradBM)),
                   static_cast<unsigned>(ceil_div(s.C_in, kWgradBN)));
-  kernel<<<grid, kWgmmaConvThreads, smem_bytes, stream>>>(p, x_map);
+  kernel<<<grid, kWgmmaConvThreads, smem_bytes, stream>>>(p, x_map, g_map, conv_map);
   if ((e = cudaGetLastError()) != cudaSuccess) {
     return e;
   }

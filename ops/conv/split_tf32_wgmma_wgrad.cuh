@@ -44,6 +44,13 @@
 // it publishes each stage through the forward's StageRing, and the consumers fence the x tiles
 // for the tensor cores (a proxy fence in the producer waited, each K block, for its loads).
 //
+// The GroupNorm backward's operand (NormOperand; norm_grad_operand.cuh): dy is not in memory but
+// the ReLU -> GroupNorm backward's input gradient, from g and the saved conv output (both
+// NCDHW). Thread 0 copies each K block's runs of the two (the block's 32 + (kW - 1) dw dy
+// positions of 128 channels each, two blocks ahead, into three staging slots) instead of the
+// producer's 16-byte copies of dy rows, and the producer's threads turn them into the stage's
+// dy rows (the same layout), each stage published as soon as it is written.
+//
 // Measured (H100, 2026-11-28, benchmarks/h100-2026-11-28-wgrad-x-staging/notes.txt): at the
 // headline the plain-TF32 kernel does 315-330 TFLOP/s of useful work, 0.85-0.89 ms (1.00-1.03
 // ms when the producer loaded x into registers itself: the loads' latency held it), held now
@@ -51,6 +58,7 @@
 // ran 0.66 ms, and the grid filling all SMs gained nothing); split TF32 (tensor-bound) 1.75-1.95.
 #pragma once
 
+#include "conv/norm_grad_operand.cuh"
 #include "conv/split_tf32_wgmma_conv3d.cuh"
 
 namespace fused_ops {
@@ -64,9 +72,10 @@ struct WgmmaWgradParams {
   int units_per_block;  // (pair, K block) units per block of the grid, at most `blocks`
   int grid_blocks;      // ceil(kD * kH * blocks / units_per_block)
   const float* x;       // (N, C_in, D, H, W)
-  const float* dy;      // (N, Do, Ho, Wo, C_out)
-  float* partial;       // [grid_blocks + kD * kH][kW][C_out][C_in]: wgrad_partial_slot
-  float* dw;            // (C_out, kD, kH, kW, C_in)
+  const float* dy;      // (N, Do, Ho, Wo, C_out); null where dy_from_norm is defined
+  conv::ReluGroupNormGradOperand dy_from_norm;  // (the NormOperand kernel's)
+  float* partial;  // [grid_blocks + kD * kH][kW][C_out][C_in]: wgrad_partial_slot
+  float* dw;       // (C_out, kD, kH, kW, C_in)
 };
 
 constexpr int kWgradBM = 128;             // output channels per block (two m64 warpgroups)
@@ -114,10 +123,18 @@ __host__ __device__ inline void wgrad_pair_blocks(const WgmmaWgradParams& p, int
   last = static_cast<int>((static_cast<int64_t>(pair + 1) * p.blocks - 1) / p.units_per_block);
 }
 
-template <int Stages, bool Split>
+template <int Stages, bool Split, bool NormOperand = false>
 struct WgmmaWgradTile {
   static constexpr int kStages = Stages;
   static constexpr bool kSplit = Split;
+  static constexpr bool kNormOperand = NormOperand;
+  // The operand's staged runs of g and the conv output (128 channels x kNormGradRunPositions
+  // each), kRunAhead K blocks ahead (one block ahead measured alike, 3.25 against 3.19 ms at the
+  // headline with TF32, H200 2026-11-28: the producers' work bounds the kernel, not the copies).
+  static constexpr int kRunAhead = 2;
+  static constexpr int kRunSlots = kRunAhead + 1;
+  static constexpr int kRunBytes = kWgradBM * kNormGradRunPositions * 4;  // one tensor's
+  static constexpr int kRunSlotBytes = 2 * kRunBytes;
   // The dy rows, rounded up to the 1024-byte swizzle atom the x tiles after them need.
   static constexpr int kABytes = (kWgradMaxRows * kWgradRowFloats * 4 + 1023) / 1024 * 1024;
   static constexpr int kBBytes = kWgradBN * 128;
@@ -127,7 +144,8 @@ struct WgmmaWgradTile {
   static constexpr int kXAhead = 3;
   static constexpr int kXSlots = kXAhead + 1;
   static constexpr int kXSlotBytes = kWgradBN * kWgradBK * 4;
-  static constexpr int kSmemBytes = kStages * kStageBytes + kXSlots * kXSlotBytes + 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kXSlots * kXSlotBytes +
+                                    (NormOperand ? kRunSlots : 0) * kRunSlotBytes + 1024;
   // The consumers hold kW x 32 sums, the K block's 2 x (8 + (kW - 1) * dw) dy values and the
   // taps' fragments (and, split, the values' low parts and a tap's block sums, 32).
   static constexpr int kProducerRegisters = 72;
@@ -136,18 +154,26 @@ struct WgmmaWgradTile {
 
 // kSplit: split TF32 (three products, float32-grade); else plain TF32 (one product of the
 // operands rounded to TF32, for PyTorch's allow_tf32 mode: as accurate as cuDNN's TF32 kernels).
-template <int kStages, bool kSplit>
+// kNormOperand: dy from p.dy_from_norm, through g_map and conv_map (the (Do * Ho * Wo, C_out, N)
+// maps of its g and conv output: make_norm_grad_run_map, boxes of kNormGradRunPositions x 128
+// channels); otherwise those two are not used.
+template <int kStages, bool kSplit, bool kNormOperand = false>
 __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
     split_tf32_wgmma_wgrad_kernel(const WgmmaWgradParams p,
-                                  const __grid_constant__ CUtensorMap x_map) {
+                                  const __grid_constant__ CUtensorMap x_map,
+                                  const __grid_constant__ CUtensorMap g_map,
+                                  const __grid_constant__ CUtensorMap conv_map) {
 #ifdef FUSED_OPS_WGMMA_ENABLED
   using namespace wgmma_conv_detail;
-  using Tile = WgmmaWgradTile<kStages, kSplit>;
+  using Tile = WgmmaWgradTile<kStages, kSplit, kNormOperand>;
   constexpr int kAcc = kWgradBN / 2;  // accumulator floats per thread per m64 x n64 tile
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
   __shared__ uint64_t x_full[Tile::kXSlots];  // x's staging slots: the copy has landed
+  __shared__ uint64_t run_full[3];            // the operand's run slots: both copies have landed
+  // The operand's coefficients of the block's 128 channels in sample norm_coefficients_n.
+  __shared__ alignas(16) float norm_coefficients[kNormOperand ? 3 * kWgradBM : 4];
   // The consumers fence the x tiles for the tensor cores (the producer's stores are ordinary
   // ones): a proxy fence waits for the thread's memory operations in flight, and in the
   // producer it waited every K block (when x came through its registers, for those loads).
@@ -155,6 +181,7 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_base - smem_u32(smem_raw));
   const uint32_t x_staging = smem_base + kStages * Tile::kStageBytes;
+  const uint32_t run_staging = x_staging + Tile::kXSlots * Tile::kXSlotBytes;
 
   const int tid = threadIdx.x;
   const int k0 = blockIdx.y * kWgradBM;
@@ -173,6 +200,9 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
   if (tid == 0) {
     for (int slot = 0; slot < Tile::kXSlots; ++slot) {
       mbarrier_init(smem_u32(&x_full[slot]), 1);
+    }
+    for (int slot = 0; kNormOperand && slot < Tile::kRunSlots; ++slot) {
+      mbarrier_init(smem_u32(&run_full[slot]), 1);
     }
     ring.init();
   }
@@ -228,44 +258,114 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
                               ahead_y, ahead_z, c0, ahead_n, bar);
       advance(ahead_n, ahead_z, ahead_y, ahead_wc);
     };
+    // The operand's runs (thread 0): block kb's into run slot kb % kRunSlots, from the dy
+    // positions (oz, oy, ox0 ..) of the block whose place the cursor holds, stepped along as the
+    // blocks'.
+    int run_n = n, run_z = z, run_y = y, run_wc = wc, run_td = td, run_th = th;
+    int norm_coefficients_n = -1;
+    const auto stage_runs = [&](int kb) {
+      const uint32_t bar = smem_u32(&run_full[kb % Tile::kRunSlots]);
+      mbarrier_arrive_expect_bytes(bar, Tile::kRunSlotBytes);
+      const int oz = run_z + p.padding[0] - run_td * p.dilation[0];
+      const int oy = run_y + p.padding[1] - run_th * p.dilation[1];
+      const int ox0 = run_wc * kWgradBK + p.padding[2] - (p.kW - 1) * p.dilation[2];
+      // (masked where outside dy; from a 16-byte aligned start: norm_grad_run_start)
+      const int32_t start = norm_grad_run_start((oz * p.Ho + oy) * p.Wo + ox0).aligned;
+      const uint32_t dst = run_staging + (kb % Tile::kRunSlots) * Tile::kRunSlotBytes;
+      tiled_copy_to_shared_3d(dst, &g_map, start, k0, run_n, bar);
+      tiled_copy_to_shared_3d(dst + Tile::kRunBytes, &conv_map, start, k0, run_n, bar);
+      if (advance(run_n, run_z, run_y, run_wc) && ++run_th == p.kH) {
+        run_th = 0;
+        ++run_td;
+      }
+    };
     if (tid == 0) {
       for (int kb = 0; kb < min(Tile::kXAhead, k_blocks); ++kb) {
         stage_x(kb);
+      }
+      for (int kb = 0; kNormOperand && kb < min(Tile::kRunAhead, k_blocks); ++kb) {
+        stage_runs(kb);
       }
     }
     for (int kb = 0; kb < k_blocks; ++kb) {
       const int slot = kb % kStages;
       // Block kb + kXAhead's x tile, into the slot of block kb - 1, which every producer
-      // thread has read.
+      // thread has read (and the operand's runs of block kb + kRunAhead, the same).
       named_barrier_sync(kWgradProducerBarrier, 128);
       if (tid == 0 && kb + Tile::kXAhead < k_blocks) {
         stage_x(kb + Tile::kXAhead);
       }
+      if (kNormOperand && tid == 0 && kb + Tile::kRunAhead < k_blocks) {
+        stage_runs(kb + Tile::kRunAhead);
+      }
       ring.producer_acquire(kb);
       const uint32_t stage = smem_base + slot * Tile::kStageBytes;
-      // dy rows: output positions (oz, oy, ox0 + row), ox0 the leftmost the taps reach. This
-      // thread's are rows dy_row0 + 4j: the source steps by 4 rows of dy, the place in the stage
-      // by 4 rows, its chunk swizzled by the row's group of 8 (j / 2). (Addressed by steps: the
-      // producer has one warp per scheduler.)
-      const int oz = z + p.padding[0] - td * p.dilation[0];
-      const int oy = y + p.padding[1] - th * p.dilation[1];
-      const int ox0 = wc * kWgradBK + p.padding[2] - (p.kW - 1) * p.dilation[2] + dy_row0;
-      const bool plane_valid = oz >= 0 && oz < p.Do && oy >= 0 && oy < p.Ho && dy_chunk_valid;
-      const float* const dy_row =
-          p.dy + (static_cast<int64_t>(((n * p.Do + oz) * p.Ho + oy) * p.Wo + ox0) * p.C_out + k0 +
-                  4 * dy_chunk);
-      const uint32_t dst_row = stage + static_cast<uint32_t>(dy_row0 * kWgradRowFloats * 4);
-#pragma unroll
-      for (int j = 0; j < (kWgradMaxRows + 3) / 4; ++j) {
-        if (j < kWgradBK / 4 || dy_row0 + 4 * j < rows) {
-          const bool valid =
-              plane_valid && static_cast<unsigned>(ox0 + 4 * j) < static_cast<unsigned>(p.Wo);
-          const uint32_t dst = dst_row + static_cast<uint32_t>(4 * j * kWgradRowFloats * 4) +
-                               static_cast<uint32_t>(16 * (dy_chunk ^ (((j >> 1) & 3) << 1)));
-          cp_async_16(dst, dy_row + 4 * j * p.C_out, valid);  // (not read unless valid)
+      if constexpr (kNormOperand) {
+        // dy rows from the runs: item i (this thread's: tid, tid + 128, ...) is channels
+        // 4q .. 4q + 3 of row r, i = q * rows + r, zeros where the position is outside dy.
+        const int oz = z + p.padding[0] - td * p.dilation[0];
+        const int oy = y + p.padding[1] - th * p.dilation[1];
+        const int ox0 = wc * kWgradBK + p.padding[2] - (p.kW - 1) * p.dilation[2];
+        const bool plane_valid = oz >= 0 && oz < p.Do && oy >= 0 && oy < p.Ho;
+        const int shift = norm_grad_run_start((oz * p.Ho + oy) * p.Wo + ox0).shift;
+        if (n != norm_coefficients_n) {
+          // (Every producer thread steps the same blocks, and all are past this block's first
+          // barrier: none reads the sample before.)
+          const float* const from =
+              p.dy_from_norm.coefficients + 3 * (static_cast<int64_t>(n) * p.C_out + k0);
+          for (int i = tid; i < 3 * kWgradBM; i += 128) {
+            norm_coefficients[i] = k0 + i / 3 < p.C_out ? from[i] : 0.f;
+          }
+          named_barrier_sync(kWgradProducerBarrier, 128);
+          norm_coefficients_n = n;
         }
+        mbarrier_wait(smem_u32(&run_full[kb % Tile::kRunSlots]), (kb / Tile::kRunSlots) & 1);
+        const float* const g_run = reinterpret_cast<const float*>(
+            smem + (run_staging - smem_base) + (kb % Tile::kRunSlots) * Tile::kRunSlotBytes);
+        const float* const x_run = g_run + kWgradBM * kNormGradRunPositions;
+        uint8_t* const dy_rows = smem + slot * Tile::kStageBytes;
+        int q = tid / rows, r = tid - q * rows;
+        for (; q < kWgradBM / 4; r += 128) {
+          while (r >= rows) {
+            r -= rows;
+            ++q;
+          }
+          if (q >= kWgradBM / 4) {
+            break;
+          }
+          float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (plane_valid && static_cast<unsigned>(ox0 + r) < static_cast<unsigned>(p.Wo) &&
+              k0 + 4 * q < p.C_out) {
+            v = norm_grad_quad(g_run, x_run, 4 * q, r + shift, norm_coefficients + 12 * q,
+                               /*round=*/false);
+          }
+          *reinterpret_cast<float4*>(dy_rows + 4 * wgrad_dy_offset(r, 4 * q)) = v;
+        }
+      } else {
+        // dy rows: output positions (oz, oy, ox0 + row), ox0 the leftmost the taps reach. This
+        // thread's are rows dy_row0 + 4j: the source steps by 4 rows of dy, the place in the stage
+        // by 4 rows, its chunk swizzled by the row's group of 8 (j / 2). (Addressed by steps: the
+        // producer has one warp per scheduler.)
+        const int oz = z + p.padding[0] - td * p.dilation[0];
+        const int oy = y + p.padding[1] - th * p.dilation[1];
+        const int ox0 = wc * kWgradBK + p.padding[2] - (p.kW - 1) * p.dilation[2] + dy_row0;
+        const bool plane_valid = oz >= 0 && oz < p.Do && oy >= 0 && oy < p.Ho && dy_chunk_valid;
+        const float* const dy_row =
+            p.dy + (static_cast<int64_t>(((n * p.Do + oz) * p.Ho + oy) * p.Wo + ox0) * p.C_out +
+                    k0 + 4 * dy_chunk);
+        const uint32_t dst_row = stage + static_cast<uint32_t>(dy_row0 * kWgradRowFloats * 4);
+#pragma unroll
+        for (int j = 0; j < (kWgradMaxRows + 3) / 4; ++j) {
+          if (j < kWgradBK / 4 || dy_row0 + 4 * j < rows) {
+            const bool valid =
+                plane_valid && static_cast<unsigned>(ox0 + 4 * j) < static_cast<unsigned>(p.Wo);
+            const uint32_t dst = dst_row + static_cast<uint32_t>(4 * j * kWgradRowFloats * 4) +
+                                 static_cast<uint32_t>(16 * (dy_chunk ^ (((j >> 1) & 3) << 1)));
+            cp_async_16(dst, dy_row + 4 * j * p.C_out, valid);  // (not read unless valid)
+          }
+        }
+        cp_async_commit();
       }
-      cp_async_commit();
       // x: this block's tile, split, into the two swizzled tiles in the K order.
       mbarrier_wait(smem_u32(&x_full[kb % Tile::kXSlots]), (kb / Tile::kXSlots) & 1);
       const float4* const staged =
@@ -294,14 +394,21 @@ __global__ void __launch_bounds__(kWgmmaConvThreads, 1)
         }
       }
       // Block kb - kLag: its dy rows have landed (this thread's), its x tiles were stored
-      // before (the consumers' proxy fence orders them before the tensor cores' reads).
-      ring.producer_publish(kb);
+      // before (the consumers' proxy fence orders them before the tensor cores' reads). The
+      // operand's rows were stored by this thread: block kb itself.
+      if constexpr (kNormOperand) {
+        mbarrier_arrive(smem_u32(&full_bar[slot]));
+      } else {
+        ring.producer_publish(kb);
+      }
       if (advance(n, z, y, wc) && ++th == p.kH) {
         th = 0;
         ++td;
       }
     }
-    ring.producer_finish(k_blocks);
+    if constexpr (!kNormOperand) {
+      ring.producer_finish(k_blocks);
+    }
     return;
   }
 
@@ -518,12 +625,15 @@ __global__ void wgmma_wgrad_reduce_kernel(const WgmmaWgradParams p);
 // current device (stride 1, kW <= 3 with 32 + (kW - 1) * dilation_w <= 36, W a multiple of 4,
 // the split-TF32 family's channel and size limits, and wgmma_conv_available()); its workspace
 // (the blocks' partial sums); the launch (the kernel, then the reduction).
-// `split`: the split-TF32 kernel, else the plain TF32 one.
+// `split`: the split-TF32 kernel, else the plain TF32 one. With dy_from_norm defined (dy_ndhwc
+// null), dy is that operand (NCDHW tensors), where wgmma_wgrad_norm_operand_supported.
 bool wgmma_wgrad_supported(const conv::Conv3dShape& s);
+bool wgmma_wgrad_norm_operand_supported(const conv::Conv3dShape& s);
 size_t wgmma_wgrad_workspace_bytes(const conv::Conv3dShape& s);
 cudaError_t wgmma_wgrad_launch(const conv::Conv3dShape& s, const float* x_ncdhw,
-                               const float* dy_ndhwc, float* dw, void* workspace, bool split,
-                               cudaStream_t stream);
+                               const float* dy_ndhwc,
+                               const conv::ReluGroupNormGradOperand& dy_from_norm, float* dw,
+                               void* workspace, bool split, cudaStream_t stream);
 
 }  // namespace gpu
 }  // namespace fused_ops

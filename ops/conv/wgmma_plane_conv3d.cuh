@@ -16,8 +16,8 @@
 // and 32 channels are copied once, as a box of the x plane the tile's taps reach, and the kH x kW
 // taps of that plane read their rows out of it: about 6x fewer activation bytes from L2 at the
 // headline (the weights' B tiles are the same).
-// The box is also where an operand transform applied as it is loaded would go, once per value
-// instead of once per tap.
+// The box is also where an operand transform applied as it is loaded goes, once per value
+// instead of once per tap ("The GroupNorm backward's operand" below).
 //
 // Tiling: a tile is kRowsH output rows (along H) of 32 positions (along W) of one (n, z): kBM =
 // 32 kRowsH rows of the GEMM (positions past Ho or Wo are computed and not stored) by 64 output
@@ -44,8 +44,22 @@
 // boxes of [64 channels][32 positions] (the layout of split_tf32_wgmma_conv3d.cuh's NCDHW
 // epilogue), which an epilogue warpgroup's thread stores by tensor-map copies into y's
 // (W, H, D, C, N) map: a box per output row, clipped by the copy engine at Wo, Ho and C_out.
+//
+// The GroupNorm backward's operand (Tile::kRowStages > 0; norm_grad_operand.cuh): x is not in
+// memory but the ReLU -> GroupNorm backward's input gradient, computed from g and the saved
+// conv output (both NCDHW) as the box is built. Per box row, the producer's warps 1-3 turn the
+// row's runs of g and of the conv output (kNormGradRunPositions positions x 32 channels each,
+// a ring of kRowStages runs that warp 1's first thread keeps filling, by tensor-map copies,
+// kRowStages rows ahead) into the box's swizzled lines (zeros outside x: the padding), rounded
+// to TF32 for plain TF32 products, and publish the box with one arrival each. Thread 0 issues
+// the B tiles as before. Each value is
+// computed once per box (box rows / tile rows, 1.25x at the headline's 8-row tiles, times the
+// kD boxes that reach its plane) where the elementwise pass computed it once and wrote it.
+// (Each run is copied from its first position aligned down to a multiple of 4:
+// norm_grad_run_start.)
 #pragma once
 
+#include "conv/norm_grad_operand.cuh"
 #include "conv/split_tf32_wgmma_conv3d.cuh"
 
 namespace fused_ops {
@@ -53,14 +67,14 @@ namespace gpu {
 
 struct WgmmaPlaneConvParams {
   // The convolution (stride 1; x NDHWC, y NCDHW, w_tiles with b_bn 64 and the permuted K
-  // order: WgmmaConvParams::b_k_permuted).
+  // order: WgmmaConvParams::b_k_permuted; x null where conv.x_from_norm is defined).
   WgmmaConvParams conv;
   int box_w, box_h;      // the plane box's positions along W and its rows along H
   int h_tiles, w_tiles;  // tiles along Ho (kRowsH rows each) and along Wo (32 positions each)
   int64_t row_tiles;     // N * Do * h_tiles * w_tiles
 };
 
-template <bool Split, int MBlocks, int PlaneStages, int BStages>
+template <bool Split, int MBlocks, int PlaneStages, int BStages, int RowStages = 0>
 struct WgmmaPlaneTile {
   static constexpr int kBN = 64;  // output channels
   static constexpr bool kSplit = Split;
@@ -69,6 +83,11 @@ struct WgmmaPlaneTile {
   static constexpr int kBM = 128 * MBlocks;
   static constexpr int kRowsH = kBM / 32;
   static constexpr int kPlaneStages = PlaneStages, kBStages = BStages;
+  // The GroupNorm backward's operand: staged runs of g and the conv output per box row (0: x
+  // in memory, copied as boxes).
+  static constexpr int kRowStages = RowStages;
+  static constexpr int kRunBytes = kWgmmaConvBK * kNormGradRunPositions * 4;  // one tensor's
+  static constexpr int kRowStageBytes = 2 * kRunBytes;
   // The largest box: k = 3 at dilation 1 (kRowsH + 2 rows of 34), in lines of 128 bytes,
   // rounded up to the 1024-byte swizzle atom (8 lines).
   static constexpr int kMaxBoxLines = ((kRowsH + 2) * 34 + 7) / 8 * 8;
@@ -77,10 +96,13 @@ struct WgmmaPlaneTile {
   static constexpr int kBBytes = kBParts * kBN * 128;
   static constexpr int kOutBytes = 2 * kBN * 128;  // an m64 block, as two [64][32] boxes
   static constexpr int kParts = kBM / 64;          // staged parts (m64 blocks) per tile
-  static constexpr int kSmemBytes =
-      kPlaneStages * kPlaneBytes + kBStages * kBBytes + kOutBytes + 1024;
-  static constexpr int kStaticSmemBytes = 2 * (kPlaneStages + kBStages) * 8 + 3 * 8;
-  static constexpr int kProducerRegisters = 40, kEpilogueRegisters = 56;
+  static constexpr int kSmemBytes = kPlaneStages * kPlaneBytes + kBStages * kBBytes + kOutBytes +
+                                    kRowStages * kRowStageBytes + 1024;
+  static constexpr int kStaticSmemBytes =
+      2 * (kPlaneStages + kBStages + (kRowStages > 0 ? kRowStages : 1)) * 8 + 3 * 8;
+  // (The operand's producer warps compute: they take registers from the epilogue's thread.)
+  static constexpr int kProducerRegisters = RowStages > 0 ? 56 : 40;
+  static constexpr int kEpilogueRegisters = RowStages > 0 ? 40 : 56;
   static constexpr int kConsumerRegisters = 208;
   static_assert(kSmemBytes + kStaticSmemBytes <= 227 * 1024, "an sm_90 block's shared memory");
   static_assert(kProducerRegisters + 2 * kConsumerRegisters + kEpilogueRegisters <= 512,
@@ -89,9 +111,11 @@ struct WgmmaPlaneTile {
 
 // The library's tiles (wgmma_plane_conv3d_cuda.cu): split TF32 128 x 64 with 4 plane boxes of
 // 26 KB and 4 B tiles of 16 KB; plain TF32 256 x 64 with 3 plane boxes of 43 KB and 6 B tiles of
-// 8 KB.
+// 8 KB. With the GroupNorm backward's operand: 2 plane boxes and 6 staged runs of 10 KB.
 using PlaneSplitTile = WgmmaPlaneTile<true, 1, 4, 4>;
 using PlaneTf32Tile = WgmmaPlaneTile<false, 2, 3, 6>;
+using PlaneSplitNormTile = WgmmaPlaneTile<true, 1, 2, 4, 6>;
+using PlaneTf32NormTile = WgmmaPlaneTile<false, 2, 2, 6, 6>;
 
 namespace wgmma_conv_detail {
 #ifdef FUSED_OPS_WGMMA_ENABLED
@@ -127,28 +151,42 @@ struct PlaneTileOrigin {
 
 // x_map: x's (C_in, W, H, D, N) tiled map, boxes of (32, box_w, box_h, 1, 1), 128-byte swizzled;
 // y_map: y's (Wo, Ho, Do, C_out, N) tiled map, boxes of (32, 1, 1, 64, 1), 128-byte swizzled
-// (wgmma_plane_conv3d_cuda.cu).
+// (wgmma_plane_conv3d_cuda.cu). With Tile::kRowStages x_map is not used, and g_map and conv_map
+// are the (D * H * W, C_in, N) maps of the operand's g and conv output (make_norm_grad_run_map,
+// boxes of kNormGradRunPositions x 32 channels); without, those two are not used.
 template <typename Tile>
 __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
     wgmma_plane_conv3d_kernel(const WgmmaPlaneConvParams pp,
                               const __grid_constant__ CUtensorMap x_map,
-                              const __grid_constant__ CUtensorMap y_map) {
+                              const __grid_constant__ CUtensorMap y_map,
+                              const __grid_constant__ CUtensorMap g_map,
+                              const __grid_constant__ CUtensorMap conv_map) {
 #ifdef FUSED_OPS_WGMMA_ENABLED
   using namespace wgmma_conv_detail;
   constexpr int kBN = Tile::kBN, kAcc = kBN / 2, kMBlocks = Tile::kMBlocks;
   constexpr int kPS = Tile::kPlaneStages, kBS = Tile::kBStages;
+  constexpr int kRS = Tile::kRowStages > 0 ? Tile::kRowStages : 1;
+  constexpr bool kNormOperand = Tile::kRowStages > 0;
+  constexpr int kTransformThreads = 96;  // the producer's warps 1-3
+  constexpr int kBuilderBarrier = 3;     // their named barrier (2: the epilogue warpgroup's)
   const WgmmaConvParams& p = pp.conv;
 
   extern __shared__ uint8_t smem_raw[];
   __shared__ uint64_t plane_full[kPS], plane_empty[kPS], b_full[kBS], b_empty[kBS], out_bar[3];
+  __shared__ uint64_t run_full[kRS], run_empty[kRS];
+  // The operand's coefficients of a box's 32 channels, by box parity (the builders').
+  __shared__ alignas(16) float norm_coefficients[2][kNormOperand ? 3 * kWgmmaConvBK : 4];
   const StageRing<kPS, false> planes{plane_full, plane_empty};
   const StageRing<kBS, false> b_ring{b_full, b_empty};
+  const StageRing<kRS, false> runs{run_full, run_empty};
   const OutTileHandoff<Tile::kParts, 1> out_handoff{&out_bar[0], &out_bar[1]};
   const uint32_t smem_base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (smem_base - smem_u32(smem_raw));
-  // Plane boxes, then B tiles, then the staged output.
+  // Plane boxes, then B tiles, then the staged output, then the operand's staged runs.
   const uint32_t b_base = smem_base + kPS * Tile::kPlaneBytes;
   uint8_t* const out_boxes = smem + kPS * Tile::kPlaneBytes + kBS * Tile::kBBytes;
+  const uint32_t run_base =
+      smem_base + kPS * Tile::kPlaneBytes + kBS * Tile::kBBytes + Tile::kOutBytes;
 
   const int tid = threadIdx.x;
   const int n_tiles = static_cast<int>((p.C_out + kBN - 1) / kBN);
@@ -158,21 +196,162 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
 
   if (tid == 0) {
     // Thread 0 issues every copy (its arrival expecting their bytes is the "full" barriers'
-    // only one); the 256 consumer threads free the slots.
-    planes.init(/*extra_full_arrivals=*/1, /*producer_threads=*/0);
+    // only one); the 256 consumer threads free the slots. The operand's boxes are published by
+    // the 96 threads that build them, its runs freed by them.
+    if constexpr (kNormOperand) {
+      planes.init(/*extra_full_arrivals=*/0, /*producer_threads=*/kTransformThreads);
+      runs.init(/*extra_full_arrivals=*/1, /*producer_threads=*/0,
+                /*consumer_arrivals=*/kTransformThreads);
+    } else {
+      planes.init(/*extra_full_arrivals=*/1, /*producer_threads=*/0);
+    }
     b_ring.init(/*extra_full_arrivals=*/1, /*producer_threads=*/0);
     out_handoff.init();
   }
   __syncthreads();
 
   if (tid < 128) {
-    // ---- Producer: thread 0 copies, per tile, each (chunk, D tap)'s plane box and each K
-    // block's B tile; warps 1-3 only give their registers back.
+    // ---- Producer: thread 0 copies, per tile, each (chunk, D tap)'s plane box (or its rows'
+    // runs of the operand's tensors) and each K block's B tile; warps 1-3 build the operand's
+    // boxes, or only give their registers back.
     cutlass::arch::warpgroup_reg_dealloc<Tile::kProducerRegisters>();
+    const int32_t pad_d = static_cast<int32_t>(p.padding[0]);
+    const int32_t pad_h = static_cast<int32_t>(p.padding[1]);
+    const int32_t pad_w = static_cast<int32_t>(p.padding[2]);
+    const int32_t dil_d = static_cast<int32_t>(p.dilation[0]);
+    const int32_t D = static_cast<int32_t>(p.D), H = static_cast<int32_t>(p.H);
+    const int32_t W = static_cast<int32_t>(p.W);
+    if constexpr (kNormOperand) {
+      if (tid >= 32) {
+        // Box builders: item i of a row (i < box_w * 8) is channels 4q .. 4q + 3 (q = i /
+        // box_w) at the run's position w = i % box_w; thread k takes items k, k + 96, k + 192
+        // (box_w <= 36: 288 items at most), the same for every row.
+        const int k = tid - 32;
+        const int items = pp.box_w * 8;
+        int item_q[3], item_w[3];
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+          const int i = k + j * kTransformThreads;
+          item_q[j] = i < items ? i / pp.box_w : -1;
+          item_w[j] = i < items ? i % pp.box_w : 0;
+        }
+        const int C = static_cast<int>(p.C_in);
+        // Builder 0 (thread 32) copies the runs, kRS rows ahead of the rows built: the rows of
+        // (tile, chunk, D tap, box row) in the builders' order, along a cursor of its own; a
+        // run's slot is refilled once every builder has released it. (Thread 0 issuing them
+        // between its B tiles held them back behind the consumers' progress.)
+        struct RunCursor {
+          int64_t group;
+          int c, t, row;
+          int32_t n, z0, y0, x0;  // the tile's sample, first D, H and W positions it reads
+        };
+        RunCursor next{blockIdx.x, 0, 0, 0, 0, 0, 0, 0};
+        const auto locate = [&](RunCursor& r) {
+          const PlaneTileOrigin o(pp, r.group, n_tiles, Tile::kRowsH);
+          r.n = o.n, r.z0 = o.z - pad_d, r.y0 = o.h0 - pad_h, r.x0 = o.w0 - pad_w;
+        };
+        if (k == 0 && next.group < groups) {
+          locate(next);
+        }
+        int issued = 0;
+        const auto issue_run = [&]() {
+          if (next.group >= groups) {
+            return;
+          }
+          runs.producer_acquire(issued);
+          const uint32_t full = smem_u32(&run_full[issued % kRS]);
+          mbarrier_arrive_expect_bytes(full, Tile::kRowStageBytes);
+          const int32_t z = next.z0 + next.t * dil_d;
+          const int32_t start =
+              norm_grad_run_start((z * H + next.y0 + next.row) * W + next.x0).aligned;
+          const uint32_t dst = run_base + (issued % kRS) * Tile::kRowStageBytes;
+          tiled_copy_to_shared_3d(dst, &g_map, start, next.c * kWgmmaConvBK, next.n, full);
+          tiled_copy_to_shared_3d(dst + Tile::kRunBytes, &conv_map, start, next.c * kWgmmaConvBK,
+                                  next.n, full);
+          ++issued;
+          if (++next.row == pp.box_h) {
+            next.row = 0;
+            if (++next.t == kD) {
+              next.t = 0;
+              if (++next.c == c_chunks) {
+                next.c = 0;
+                next.group += gridDim.x;
+                if (next.group < groups) {
+                  locate(next);
+                }
+              }
+            }
+          }
+        };
+        if (k == 0) {
+          asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&g_map))
+                       : "memory");
+          asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&conv_map))
+                       : "memory");
+          for (int i = 0; i < kRS; ++i) {
+            issue_run();
+          }
+        }
+        int pb = 0, rb = 0;
+        for (int64_t group = blockIdx.x; group < groups; group += gridDim.x) {
+          const PlaneTileOrigin at(pp, group, n_tiles, Tile::kRowsH);
+          for (int c = 0; c < c_chunks; ++c) {
+            for (int t = 0; t < kD; ++t, ++pb) {
+              // The box's coefficients into buffer pb % 2 (last read in box pb - 2, which every
+              // builder finished before box pb - 1's barrier), then the builders' barrier.
+              float* const coefficients = norm_coefficients[pb % 2];
+              coefficients[k] =
+                  c * kWgmmaConvBK + k / 3 < C
+                      ? p.x_from_norm
+                            .coefficients[3 * (static_cast<int64_t>(at.n) * C + c * kWgmmaConvBK) +
+                                          k]
+                      : 0.f;
+              named_barrier_sync(kBuilderBarrier, kTransformThreads);
+              planes.producer_acquire(pb);
+              uint8_t* const plane = smem + (pb % kPS) * Tile::kPlaneBytes;
+              const int32_t z = at.z - pad_d + t * dil_d;
+              for (int row = 0; row < pp.box_h; ++row, ++rb) {
+                runs.consumer_wait(rb);
+                const float* const g_run = reinterpret_cast<const float*>(
+                    smem + (run_base - smem_base) + (rb % kRS) * Tile::kRowStageBytes);
+                const float* const x_run = g_run + kWgmmaConvBK * kNormGradRunPositions;
+                const int32_t y = at.h0 - pad_h + row;
+                const bool row_inside = z >= 0 && z < D && y >= 0 && y < H;
+                // (the copy thread's start: norm_grad_run_start)
+                const int shift = norm_grad_run_start((z * H + y) * W + at.w0 - pad_w).shift;
+#pragma unroll
+                for (int j = 0; j < 3; ++j) {
+                  const int q = item_q[j], w = item_w[j];
+                  if (q >= 0) {
+                    const int32_t x = at.w0 - pad_w + w;
+                    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+                    if (row_inside && x >= 0 && x < W && c * kWgmmaConvBK + 4 * q < C) {
+                      v = norm_grad_quad(g_run, x_run, 4 * q, w + shift, coefficients + 12 * q,
+                                         /*round=*/!Tile::kSplit);
+                    }
+                    const int line = row * pp.box_w + w;
+                    *reinterpret_cast<float4*>(plane + line * 128 + ((q ^ (line & 7)) << 4)) = v;
+                  }
+                }
+                runs.consumer_release(rb);
+                if (k == 0) {
+                  issue_run();  // (row rb + kRS, into row rb's slot once all have released it)
+                }
+              }
+              mbarrier_arrive(smem_u32(&plane_full[pb % kPS]));  // (release: the lines above)
+            }
+          }
+        }
+        return;
+      }
+    }
     if (tid != 0) {
       return;
     }
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&x_map)) : "memory");
+    if constexpr (!kNormOperand) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&x_map))
+                   : "memory");
+    }
     constexpr int kBTileFloats = Tile::kBParts * kBN * kWgmmaConvBK;
     const uint32_t box_bytes = static_cast<uint32_t>(pp.box_w * pp.box_h * 128);
     const int64_t w_tile_step = static_cast<int64_t>(n_tiles) * kBTileFloats;  // per K block
@@ -182,14 +361,14 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
       const float* const w_tiles = p.w_tiles + static_cast<int64_t>(at.n0 / kBN) * kBTileFloats;
       for (int c = 0; c < c_chunks; ++c) {
         for (int t = 0; t < kD; ++t, ++pb) {
-          planes.producer_acquire(pb);
-          const uint32_t full = smem_u32(&plane_full[pb % kPS]);
-          mbarrier_arrive_expect_bytes(full, box_bytes);
-          tiled_copy_to_shared_5d(smem_base + (pb % kPS) * Tile::kPlaneBytes, &x_map,
-                                  c * kWgmmaConvBK, at.w0 - static_cast<int32_t>(p.padding[2]),
-                                  at.h0 - static_cast<int32_t>(p.padding[1]),
-                                  at.z - static_cast<int32_t>(p.padding[0] - t * p.dilation[0]),
-                                  at.n, full);
+          if constexpr (!kNormOperand) {
+            const int32_t z = at.z - pad_d + t * dil_d;
+            planes.producer_acquire(pb);
+            const uint32_t full = smem_u32(&plane_full[pb % kPS]);
+            mbarrier_arrive_expect_bytes(full, box_bytes);
+            tiled_copy_to_shared_5d(smem_base + (pb % kPS) * Tile::kPlaneBytes, &x_map,
+                                    c * kWgmmaConvBK, at.w0 - pad_w, at.h0 - pad_h, z, at.n, full);
+          }
           for (int rs = 0; rs < kH * kW; ++rs, ++kb) {
             // The K block's B tile (split_tf32_weights_kernel: tap-major, then the chunk).
             const int64_t block = static_cast<int64_t>(t * kH * kW + rs) * c_chunks + c;
@@ -353,7 +532,9 @@ __global__ void __launch_bounds__(kWgmmaConvBlockThreads, 1)
 // y NCDHW without moments over all rows, the plane box within the tile's room (k <= 3 at
 // dilation 1, or an equivalent reach), C_in and Wo multiples of 4 and x, y 16-byte aligned (the
 // tensor maps), the shared memory and the driver's tiled maps on the current device (the caller
-// runs it only where the wgmma kernels run: wgmma_conv_available).
+// runs it only where the wgmma kernels run: wgmma_conv_available). With p.x_from_norm: its
+// tensors 16-byte aligned, D * H * W a multiple of 4 and at most 2^30, runs of 32 + (kW - 1) *
+// dilation_w <= 36 positions.
 bool wgmma_plane_conv3d_supported(const WgmmaConvParams& p, bool tf32_products);
 // Runs it on weights already split as 64-channel B tiles in the permuted K order (p.b_bn 64,
 // p.b_k_permuted; b_parts 2 for split, 1 for plain TF32 products).

@@ -75,9 +75,19 @@ cudaError_t launch_plane(const WgmmaConvParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;  // weights split for another kernel
   }
   const WgmmaPlaneConvParams pp = plane_params<Tile>(p);
-  CUtensorMap x_map{}, y_map{};
-  FUSED_OPS_RETURN_IF_CUDA_ERROR(make_x_plane_map(pp, &x_map));
+  CUtensorMap x_map{}, y_map{}, g_map{}, conv_map{};
   FUSED_OPS_RETURN_IF_CUDA_ERROR(make_y_plane_map(p, &y_map));
+  if constexpr (Tile::kRowStages > 0) {
+    const int64_t positions = p.D * p.H * p.W;
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(make_norm_grad_run_map(p.x_from_norm.grad_output, p.N, p.C_in,
+                                                          positions, kWgmmaConvBK, &g_map));
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(make_norm_grad_run_map(p.x_from_norm.conv_output, p.N, p.C_in,
+                                                          positions, kWgmmaConvBK, &conv_map));
+    x_map = y_map;  // (not read)
+  } else {
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(make_x_plane_map(pp, &x_map));
+    g_map = conv_map = y_map;  // (not read)
+  }
   const auto kernel = wgmma_plane_conv3d_kernel<Tile>;
   FUSED_OPS_RETURN_IF_CUDA_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes));
@@ -85,7 +95,8 @@ cudaError_t launch_plane(const WgmmaConvParams& p, cudaStream_t stream) {
   const int64_t groups = pp.row_tiles * ((p.C_out + Tile::kBN - 1) / Tile::kBN);
   const int sms = current_device_info().multiprocessors;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(groups, sms));
-  kernel<<<grid, kWgmmaConvBlockThreads, Tile::kSmemBytes, stream>>>(pp, x_map, y_map);
+  kernel<<<grid, kWgmmaConvBlockThreads, Tile::kSmemBytes, stream>>>(pp, x_map, y_map, g_map,
+                                                                     conv_map);
   return cudaGetLastError();
 }
 
@@ -97,11 +108,26 @@ bool wgmma_plane_conv3d_supported(const WgmmaConvParams& p, bool tf32_products) 
       return false;
     }
   }
+  const bool from_norm = p.x_from_norm.defined();
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   if (!p.y_channels_first || p.tile_moments != nullptr || p.row_begin != 0 || p.row_end != p.M ||
       p.C_in % 4 != 0 || p.Wo % 4 != 0 || p.M <= 0 || p.N > INT32_MAX || p.C_out > INT32_MAX ||
-      reinterpret_cast<uintptr_t>(p.x) % 16 != 0 || reinterpret_cast<uintptr_t>(p.y) % 16 != 0 ||
-      encode_tiled() == nullptr || current_device_info().multiprocessors == 0) {
+      !(from_norm || aligned(p.x)) || !aligned(p.y) || encode_tiled() == nullptr ||
+      current_device_info().multiprocessors == 0) {
     return false;
+  }
+  if (from_norm) {
+    // The runs: positions a multiple of 4 (the maps' strides) and within the int32 coordinates
+    // (with the taps' reach around them), the widest run within kNormGradRunPositions from its
+    // aligned start (norm_grad_run_start: up to 3 positions before it).
+    const int64_t positions = p.D * p.H * p.W;
+    const conv::ReluGroupNormGradOperand& o = p.x_from_norm;
+    if (positions % 4 != 0 || positions > (int64_t{1} << 30) ||
+        32 + (p.kW - 1) * p.dilation[2] > kNormGradRunPositions - 3 || !aligned(o.grad_output) ||
+        !aligned(o.conv_output) || !aligned(o.coefficients)) {
+      return false;
+    }
+    return tf32_products ? tile_takes<PlaneTf32NormTile>(p) : tile_takes<PlaneSplitNormTile>(p);
   }
   return tf32_products ? tile_takes<PlaneTf32Tile>(p) : tile_takes<PlaneSplitTile>(p);
 }
@@ -110,6 +136,10 @@ cudaError_t wgmma_plane_conv3d_launch(const WgmmaConvParams& p, bool tf32_produc
                                       cudaStream_t stream) {
   if (!wgmma_plane_conv3d_supported(p, tf32_products)) {
     return cudaErrorInvalidValue;
+  }
+  if (p.x_from_norm.defined()) {
+    return tf32_products ? launch_plane<PlaneTf32NormTile>(p, stream)
+                         : launch_plane<PlaneSplitNormTile>(p, stream);
   }
   return tf32_products ? launch_plane<PlaneTf32Tile>(p, stream)
                        : launch_plane<PlaneSplitTile>(p, stream);

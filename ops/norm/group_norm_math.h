@@ -123,6 +123,16 @@ FUSED_OPS_HOST_DEVICE BackwardCoefficients backward_coefficients(double ds_w, do
   return BackwardCoefficients{c2, -c2 * mean - db_w * rstd / count};
 }
 
+// ReLU -> GroupNorm's input gradient at one element of row (n, c), from the row's (c1 = rstd *
+// w[c], c2, c3): x > 0 ? c1 dy + c2 x + c3 : 0 (a NaN x gives 0). The CUDA elementwise pass and
+// the convolutions that apply it as they load their operand (conv_kernels.h:
+// ReluGroupNormGradOperand) share it, so both give the same values.
+template <typename T>
+FUSED_OPS_HOST_DEVICE T relu_group_norm_input_grad(T c1, T c2, T c3, T x, T dy) {
+  const T dr = c1 * dy + c2 * x + c3;
+  return x > T(0) ? dr : T(0);
+}
+
 // One sample's term of dweight[c], from sums around `center`.
 FUSED_OPS_HOST_DEVICE double weight_grad_term(double ds, double db, double mean, double rstd,
                                               double center = 0.0) {

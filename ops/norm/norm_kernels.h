@@ -71,6 +71,12 @@ struct ReluGroupNormBackwardParams {
   // bias that x includes, without a pass of its own over dx (and dx rounded to TF32 as it is
   // written even where that gradient is asked for).
   void* dx_channel_sums = nullptr;
+  // Optional (CUDA, float32; instead of dx, which is then null): the per-(n, c) coefficients
+  // (c1, c2, c3) of dx = x > 0 ? c1 dy + c2 x + c3 : 0 (group_norm_math.h:
+  // relu_group_norm_input_grad), (N * C, 3) floats, for convolutions that apply them as they load
+  // dy and x (conv_kernels.h: ReluGroupNormGradOperand), so that no pass writes dx. With
+  // dx_channel_sums, those come from the rows' sums of dy where x > 0, of relu(x) and of x > 0.
+  void* dx_coefficients = nullptr;
 };
 
 // group_norm_mean forward: out (N) = mean over (c, *) of group_norm(x); mean, rstd: (N, G);

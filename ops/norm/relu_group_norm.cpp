@@ -148,6 +148,48 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layou
   return t.grads();
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_coefficients(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,
+    const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
+    std::array<bool, 2> affine_mask, at::Tensor* grad_input_channel_sums) {
+  const SymGroupNormShape s =
+      check_group_norm_args(kBackwardName, input, num_groups, weight, c10::nullopt, 0.0);
+  check_group_norm_backward_args(kBackwardName, grad_output, input.sym_sizes(), input, s, mean,
+                                 rstd);
+  TORCH_INTERNAL_ASSERT(input.is_cuda() && input.scalar_type() == at::kFloat && input.numel() > 0,
+                        "the coefficients' backward runs on non-empty CUDA float32 tensors");
+  NormBackwardTensors t = prepare_norm_backward(grad_output, input, mean, rstd, weight, s,
+                                                {false, affine_mask[0], affine_mask[1]});
+  t.grad_output = grad_output.contiguous();  // (prepare_norm_backward's only where it runs)
+  t.input = input.contiguous();
+  t.mean = mean.contiguous();
+  t.rstd = rstd.contiguous();
+  const at::Tensor coefficients = at::empty({input.size(0) * input.size(1), 3}, input.options());
+  at::Tensor channel_sums;
+  if (grad_input_channel_sums != nullptr) {
+    channel_sums = at::empty({input.size(1)}, input.options());
+  }
+  ReluGroupNormBackwardParams params{scalar_kind(t.input.scalar_type()),
+                                     concrete(s),
+                                     t.grad_output.const_data_ptr(),
+                                     t.input.const_data_ptr(),
+                                     t.mean.const_data_ptr(),
+                                     t.rstd.const_data_ptr(),
+                                     data_or_null(t.weight),
+                                     /*dx=*/nullptr,
+                                     mutable_data_or_null(t.grad_weight),
+                                     mutable_data_or_null(t.grad_bias),
+                                     /*dx_channels_last=*/false,
+                                     /*dx_tf32_rounded=*/false,
+                                     mutable_data_or_null(channel_sums)};
+  params.dx_coefficients = coefficients.mutable_data_ptr();
+  run_kernel(kBackwardName, t.input, params, kBackwardKernels);
+  if (grad_input_channel_sums != nullptr) {
+    *grad_input_channel_sums = channel_sums;
+  }
+  return {coefficients, t.grad_weight, t.grad_bias};
+}
+
 bool relu_group_norm_runs_channels_last_cuda(const at::Tensor& input) {
   return input.is_cuda() &&
          reads_channels_last(input, input.device(), /*cpu_kernel_reads_it=*/false);

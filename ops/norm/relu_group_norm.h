@@ -67,6 +67,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layou
     std::array<bool, 3> output_mask, bool grad_input_channels_last, bool grad_input_tf32_rounded,
     at::Tensor* grad_input_channel_sums = nullptr);
 
+// The same without grad_input, for a conv operator whose convolutions apply the input gradient's
+// formula as they load their operand (conv_kernels.h: ReluGroupNormGradOperand): returns the
+// per-(n, c) coefficients (c1, c2, c3) of grad_input = input > 0 ? c1 grad_output + c2 input +
+// c3 : 0, float32 (N * C, 3), and the affine gradients asked for by affine_mask (weight, bias).
+// Where grad_input_channel_sums is not null it is set to grad_input's sum over every dimension but
+// 1, from the sums pass (grad_input is never formed). CUDA float32 only, non-empty input.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_coefficients(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean,
+    const at::Tensor& rstd, int64_t num_groups, const c10::optional<at::Tensor>& weight,
+    std::array<bool, 2> affine_mask, at::Tensor* grad_input_channel_sums);
+
 // The forward kernel that reads `input` on `device`: "relu_group_norm", or
 // "relu_group_norm_channels_last" (a channels-last input read in place).
 const char* relu_group_norm_kernel_name(const at::Tensor& input, c10::Device device);

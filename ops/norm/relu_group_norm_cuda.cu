@@ -103,8 +103,27 @@ struct ReluBackwardInputOp {
     return Params{coefficients[3 * row], coefficients[3 * row + 1], coefficients[3 * row + 2]};
   }
   __device__ __forceinline__ acc_t operator()(const Params& p, acc_t x, acc_t dy) const {
-    const acc_t dr = p.c1 * dy + p.c2 * x + p.c3;
-    return x > acc_t(0) ? dr : acc_t(0);
+    return norm::relu_group_norm_input_grad(p.c1, p.c2, p.c3, x, dy);
+  }
+};
+
+// Backward partial sums over a row where no pass writes dx (dx_coefficients: the convolutions
+// apply the coefficients as they load dy and x): ReluBackwardSumsOp's pair, then (sum of dy
+// where x > 0, sum of relu(x)), (count of x > 0, 0): with the row's coefficients they give the
+// row's sum of dx (a conv bias's gradient) without dx. in0 = x, in1 = dy.
+struct ReluBackwardOperandSumsOp {
+  static constexpr int kPairs = 3;
+  __device__ __forceinline__ int segment_state(int64_t /*segment*/) const { return 0; }
+  template <typename acc_t>
+  __device__ __forceinline__ void accumulate(int /*state*/, acc_t x, acc_t dy,
+                                             double (&s)[2 * kPairs]) const {
+    const double g = static_cast<double>(dy);
+    s[0] = fma(g, static_cast<double>(relu_keep_nan(x)), s[0]);
+    s[1] += g;
+    const bool on = x > acc_t(0);
+    s[2] += on ? g : 0.0;
+    s[3] += on ? static_cast<double>(x) : 0.0;
+    s[4] += on ? 1.0 : 0.0;
   }
 };
 
@@ -251,14 +270,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Backward, step 2. row_sums: (ds, db) per row.
+// Backward, step 2. row_sums: (ds, db) per row. With row_dx_sums (dx_coefficients with
+// dx_channel_sums): each row's sum of dx from ReluBackwardOperandSumsOp's other pairs
+// (operand_sums: rows entries of (sum of dy where x > 0, sum of relu(x)), then rows of (count,
+// 0)) and the row's coefficients as stored, c1 S_dy + c2 S_x + c3 count, in double.
 template <typename T, typename S>
 __global__ void __launch_bounds__(kThreads)
     relu_backward_coefficients_kernel(const double2* __restrict__ row_sums,
                                       const S* __restrict__ mean, const S* __restrict__ rstd,
                                       const T* __restrict__ weight, int64_t num_groups_total,
                                       int64_t G, int64_t Cg, int64_t group_size,
-                                      S* __restrict__ coefficients) {
+                                      S* __restrict__ coefficients,
+                                      const double2* __restrict__ operand_sums = nullptr,
+                                      double* __restrict__ row_dx_sums = nullptr) {
   const int64_t ng = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   if (ng >= num_groups_total) {
@@ -281,9 +305,17 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t k = lane; k < Cg; k += kWarpSize) {
     const double w = weight != nullptr ? ScalarOps<T>::to_double(weight[g * Cg + k]) : 1.0;
     const int64_t row = ng * Cg + k;
-    coefficients[3 * row] = static_cast<S>(rs * w);
-    coefficients[3 * row + 1] = static_cast<S>(coef.c2);
-    coefficients[3 * row + 2] = static_cast<S>(coef.c3);
+    const S c1 = static_cast<S>(rs * w), c2 = static_cast<S>(coef.c2);
+    const S c3 = static_cast<S>(coef.c3);
+    coefficients[3 * row] = c1;
+    coefficients[3 * row + 1] = c2;
+    coefficients[3 * row + 2] = c3;
+    if (row_dx_sums != nullptr) {
+      const int64_t rows = num_groups_total * Cg;
+      const double2 masked = operand_sums[row], count = operand_sums[rows + row];
+      row_dx_sums[row] = static_cast<double>(c1) * masked.x + static_cast<double>(c2) * masked.y +
+                         static_cast<double>(c3) * count.x;
+    }
   }
 }
 
@@ -292,6 +324,16 @@ struct RowSums {
   const double2* row_sums;
   __device__ __forceinline__ double2 operator()(int64_t n, int64_t c) const {
     return row_sums[n * C + c];
+  }
+  int64_t C;
+};
+
+// dx's sums per row as affine_param_grads_kernel's "db" (its bias gradient: the sum over n is
+// the channel's sum of dx).
+struct RowDxSums {
+  const double* row_dx_sums;
+  __device__ __forceinline__ double2 operator()(int64_t n, int64_t c) const {
+    return make_double2(0.0, row_dx_sums[n * C + c]);
   }
   int64_t C;
 };
@@ -321,10 +363,12 @@ ForwardWorkspace<T, S> forward_workspace(void* base, int64_t N, int64_t C, int64
 template <typename T, typename S>
 struct BackwardWorkspace {
   ReducePlan plan;
-  double2* partials;       // N * C * chunks
-  double2* row_sums;       // N * C (used when chunks > 1)
-  S* coefficients;         // 3 * N * C
-  S* dx_channel_partials;  // C * N * position tiles (with dx_channel_sums only)
+  int pairs;               // sums per row: 1, or 3 with dx_coefficients (ReluBackwardOperandSumsOp)
+  double2* partials;       // pairs * N * C * chunks
+  double2* row_sums;       // pairs * N * C (used when chunks > 1)
+  S* coefficients;         // 3 * N * C (not used with dx_coefficients)
+  S* dx_channel_partials;  // C * N * position tiles (with dx_channel_sums and dx only)
+  double* row_dx_sums;     // N * C (with dx_channel_sums and dx_coefficients only)
   size_t bytes;
 };
 
@@ -336,12 +380,15 @@ BackwardWorkspace<T, S> backward_workspace(void* base, const norm::ReluGroupNorm
   const int64_t N = p.sizes.N, C = p.sizes.C, HxW = p.sizes.HxW;
   BackwardWorkspace<T, S> ws;
   WorkspaceCarver carver(base);
+  const bool operand = p.dx_coefficients != nullptr;
   ws.plan = make_reduce_plan(HxW, ScalarOps<T>::kVecElems);
-  ws.partials = carver.take<double2>(N * C * ws.plan.chunks_per_segment);
-  ws.row_sums = carver.take<double2>(ws.plan.chunks_per_segment > 1 ? N * C : 0);
-  ws.coefficients = carver.take<S>(3 * N * C);
-  ws.dx_channel_partials =
-      carver.take<S>(p.dx_channel_sums != nullptr ? C * N * layout_position_tiles(HxW) : 0);
+  ws.pairs = operand ? ReluBackwardOperandSumsOp::kPairs : 1;
+  ws.partials = carver.take<double2>(ws.pairs * N * C * ws.plan.chunks_per_segment);
+  ws.row_sums = carver.take<double2>(ws.plan.chunks_per_segment > 1 ? ws.pairs * N * C : 0);
+  ws.coefficients = carver.take<S>(operand ? 0 : 3 * N * C);
+  ws.dx_channel_partials = carver.take<S>(
+      p.dx_channel_sums != nullptr && !operand ? C * N * layout_position_tiles(HxW) : 0);
+  ws.row_dx_sums = carver.take<double>(p.dx_channel_sums != nullptr && operand ? N * C : 0);
   ws.bytes = carver.bytes();
   return ws;
 }
@@ -401,24 +448,65 @@ cudaError_t launch_backward(const norm::ReluGroupNormBackwardParams& p, void* wo
   // No weight, no weight gradient (the host leaves it undefined).
   auto* dweight = weight != nullptr ? static_cast<scalar_t*>(p.dweight) : nullptr;
   auto* dbias = static_cast<scalar_t*>(p.dbias);
-  if (dx == nullptr && dweight == nullptr && dbias == nullptr) {
+  auto* dx_coefficients = static_cast<acc_t*>(p.dx_coefficients);
+  if (dx == nullptr && dweight == nullptr && dbias == nullptr && dx_coefficients == nullptr) {
     return cudaSuccess;
   }
   const int64_t N = p.sizes.N, C = p.sizes.C, G = p.sizes.G, HxW = p.sizes.HxW;
   const int64_t Cg = C / G;
   const int64_t rows = N * C;
-  if (p.dx_channel_sums != nullptr && !(p.dx_channels_last && dx != nullptr)) {
+  if (p.dx_channel_sums != nullptr &&
+      !((p.dx_channels_last && dx != nullptr) || dx_coefficients != nullptr)) {
     return cudaErrorInvalidValue;  // (the channels-last dx kernel's only: the host checks)
+  }
+  if (dx_coefficients != nullptr && dx != nullptr) {
+    return cudaErrorInvalidValue;  // (one or the other: the host checks)
   }
   const BackwardWorkspace<scalar_t, acc_t> ws = backward_workspace<scalar_t, acc_t>(workspace, p);
 
-  // 1. Per-row ds = sum(dy * relu(x)), db = sum(dy).
+  // 1. Per-row ds = sum(dy * relu(x)), db = sum(dy) (and, for dx_coefficients,
+  // ReluBackwardOperandSumsOp's other sums: pairs 1 and 2 after the rows' first).
   const bool vectorized_sums = HxW % kNatural == 0 && is_aligned_16(x) && is_aligned_16(dy);
-  FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_segment_pair_sums<scalar_t, /*kTwoInputs=*/true>(
-      x, dy, ws.partials, rows, HxW, ws.plan, vectorized_sums, ReluBackwardSumsOp{}, stream)));
+  if (dx_coefficients != nullptr) {
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(
+        (launch_segment_pair_sums<scalar_t, /*kTwoInputs=*/true, ReluBackwardOperandSumsOp,
+                                  ReluBackwardOperandSumsOp::kPairs>(
+            x, dy, ws.partials, rows, HxW, ws.plan, vectorized_sums, ReluBackwardOperandSumsOp{},
+            stream)));
+  } else {
+    FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_segment_pair_sums<scalar_t, /*kTwoInputs=*/true>(
+        x, dy, ws.partials, rows, HxW, ws.plan, vectorized_sums, ReluBackwardSumsOp{}, stream)));
+  }
   const double2* row_sums = nullptr;
-  FUSED_OPS_RETURN_IF_CUDA_ERROR(reduce_chunk_partials(ws.partials, ws.plan.chunks_per_segment,
-                                                       rows, ws.row_sums, &row_sums, stream));
+  const int64_t chunks = ws.plan.chunks_per_segment;
+  for (int i = 0; i < ws.pairs; ++i) {  // (pair i's row sums at row_sums + i * rows)
+    const double2* pair_sums = nullptr;
+    FUSED_OPS_RETURN_IF_CUDA_ERROR(reduce_chunk_partials(
+        ws.partials + i * rows * chunks, chunks, rows,
+        ws.row_sums != nullptr ? ws.row_sums + i * rows : nullptr, &pair_sums, stream));
+    if (i == 0) {
+      row_sums = pair_sums;
+    }
+  }
+
+  if (dx_coefficients != nullptr) {
+    // 2. The per-row coefficients into dx_coefficients (and dx's sums per row, then per
+    // channel, where asked for).
+    const int64_t coefficient_blocks = blocks_for_warp_items(N * G);
+    if (!grid_fits(coefficient_blocks)) {
+      return cudaErrorInvalidConfiguration;
+    }
+    relu_backward_coefficients_kernel<scalar_t, acc_t>
+        <<<static_cast<unsigned>(coefficient_blocks), kThreads, 0, stream>>>(
+            row_sums, mean, rstd, weight, N * G, G, Cg, Cg * HxW, dx_coefficients, row_sums + rows,
+            ws.row_dx_sums);
+    FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+    if (p.dx_channel_sums != nullptr) {
+      FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_affine_param_grads<scalar_t, acc_t>(
+          RowDxSums{ws.row_dx_sums, C}, mean, rstd, N, C, G, /*dweight=*/nullptr,
+          static_cast<scalar_t*>(p.dx_channel_sums), stream)));
+    }
+  }
 
   if (dx != nullptr) {
     // 2. Per-row coefficients, 3. dx.

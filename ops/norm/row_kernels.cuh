@@ -155,14 +155,16 @@ struct VectorBatch {
   }
 };
 
-// Two double sums per (segment, chunk): partials[segment * chunks_per_segment + chunk] =
+// kPairs pairs of double sums per (segment, chunk): pair i of (segment, chunk) at
+// partials[i * num_segments * chunks_per_segment + segment * chunks_per_segment + chunk] =
 // (sum of first, sum of second) of op.accumulate over the chunk's elements, where
 // `state = op.segment_state(segment)` is computed once per thread and `accumulate(state, a,
 // b, s0, s1)` adds one element (a from in0, b from in1, or 0 when !kTwoInputs; both given in
-// ScalarOps<T>::acc_t, which holds every T value exactly).
+// ScalarOps<T>::acc_t, which holds every T value exactly); with kPairs > 1,
+// `accumulate(state, a, b, s)` adds to the 2 kPairs sums s[].
 // kBlockPerSegment: one block per (segment, chunk) (log2_threads == 8); otherwise 256 / T
 // segments per block, reduced within their lanes by shuffles (no shared memory, no barrier).
-template <typename T, int kVec, bool kBlockPerSegment, bool kTwoInputs, typename Op>
+template <typename T, int kVec, bool kBlockPerSegment, bool kTwoInputs, typename Op, int kPairs = 1>
 __global__ void __launch_bounds__(kThreads)
     segment_pair_sums_kernel(const T* __restrict__ in0, const T* __restrict__ in1,
                              double2* __restrict__ partials, ReduceTiling tiling, Op op) {
@@ -189,8 +191,11 @@ __global__ void __launch_bounds__(kThreads)
 
   // Threads past the last segment (short-segment path only) add nothing, but stay for the
   // shuffles below.
-  double sum0 = 0.0;
-  double sum1 = 0.0;
+  double sums[2 * kPairs];
+#pragma unroll
+  for (int i = 0; i < 2 * kPairs; ++i) {
+    sums[i] = 0.0;
+  }
   if (segment < tiling.num_segments) {
     const int64_t begin = chunk * tiling.chunk_vecs;
     const int64_t chunk_end = begin + tiling.chunk_vecs;
@@ -215,7 +220,11 @@ __global__ void __launch_bounds__(kThreads)
             batch.to_acc(j, first, second);
 #pragma unroll
             for (int e = 0; e < kVec; ++e) {
-              op.accumulate(state, first[e], kTwoInputs ? second[e] : acc_t(0), sum0, sum1);
+              if constexpr (kPairs == 1) {
+                op.accumulate(state, first[e], kTwoInputs ? second[e] : acc_t(0), sums[0], sums[1]);
+              } else {
+                op.accumulate(state, first[e], kTwoInputs ? second[e] : acc_t(0), sums);
+              }
             }
           }
         }
@@ -228,17 +237,27 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
+  const int64_t pair_stride = tiling.num_segments * tiling.chunks_per_segment;
   if constexpr (kBlockPerSegment) {
-    __shared__ double2 scratch[kWarpsPerBlock];
-    const double2 total = block_reduce_sum(make_double2(sum0, sum1), scratch);
-    if (threadIdx.x == 0) {
-      partials[segment * tiling.chunks_per_segment + chunk] = total;
+    __shared__ double2 scratch[kPairs][kWarpsPerBlock];
+#pragma unroll
+    for (int i = 0; i < kPairs; ++i) {
+      const double2 total =
+          block_reduce_sum(make_double2(sums[2 * i], sums[2 * i + 1]), scratch[i]);
+      if (threadIdx.x == 0) {
+        partials[i * pair_stride + segment * tiling.chunks_per_segment + chunk] = total;
+      }
     }
   } else {
-    sum0 = subwarp_allreduce_sum(sum0, threads_per_segment);
-    sum1 = subwarp_allreduce_sum(sum1, threads_per_segment);
+#pragma unroll
+    for (int i = 0; i < 2 * kPairs; ++i) {
+      sums[i] = subwarp_allreduce_sum(sums[i], threads_per_segment);
+    }
     if (lane == 0 && segment < tiling.num_segments) {
-      partials[segment] = make_double2(sum0, sum1);
+#pragma unroll
+      for (int i = 0; i < kPairs; ++i) {
+        partials[i * pair_stride + segment] = make_double2(sums[2 * i], sums[2 * i + 1]);
+      }
     }
   }
 }
@@ -385,9 +404,9 @@ __global__ void __launch_bounds__(kThreads)
 // Host-side launchers of the generic kernels.
 
 // Launches segment_pair_sums_kernel over num_segments segments of segment_len elements
-// (partials: num_segments * plan.chunks_per_segment entries), on the 128-bit path when
+// (partials: kPairs * num_segments * plan.chunks_per_segment entries), on the 128-bit path when
 // `vectorized` (segment_len a multiple of the natural vector, inputs 16-byte aligned).
-template <typename T, bool kTwoInputs, typename Op>
+template <typename T, bool kTwoInputs, typename Op, int kPairs = 1>
 cudaError_t launch_segment_pair_sums(const T* in0, const T* in1, double2* partials,
                                      int64_t num_segments, int64_t segment_len,
                                      const ReducePlan& plan, bool vectorized, const Op& op,
@@ -410,18 +429,18 @@ cudaError_t launch_segment_pair_sums(const T* in0, const T* in1, double2* partia
   const dim3 grid(static_cast<unsigned>(blocks));
   if (vectorized) {
     if (block_per_segment) {
-      segment_pair_sums_kernel<T, kNatural, true, kTwoInputs, Op>
+      segment_pair_sums_kernel<T, kNatural, true, kTwoInputs, Op, kPairs>
           <<<grid, kThreads, 0, stream>>>(in0, in1, partials, tiling, op);
     } else {
-      segment_pair_sums_kernel<T, kNatural, false, kTwoInputs, Op>
+      segment_pair_sums_kernel<T, kNatural, false, kTwoInputs, Op, kPairs>
           <<<grid, kThreads, 0, stream>>>(in0, in1, partials, tiling, op);
     }
   } else {
     if (block_per_segment) {
-      segment_pair_sums_kernel<T, 1, true, kTwoInputs, Op>
+      segment_pair_sums_kernel<T, 1, true, kTwoInputs, Op, kPairs>
           <<<grid, kThreads, 0, stream>>>(in0, in1, partials, tiling, op);
     } else {
-      segment_pair_sums_kernel<T, 1, false, kTwoInputs, Op>
+      segment_pair_sums_kernel<T, 1, false, kTwoInputs, Op, kPairs>
           <<<grid, kThreads, 0, stream>>>(in0, in1, partials, tiling, op);
     }
   }
