@@ -52,11 +52,10 @@
 // a ring of kRowStages runs that warp 1's first thread keeps filling, by tensor-map copies,
 // kRowStages rows ahead) into the box's swizzled lines (zeros outside x: the padding), rounded
 // to TF32 for plain TF32 products, and publish the box with one arrival each. Thread 0 issues
-// the B tiles as before. Each value is
-// computed once per box (box rows / tile rows, 1.25x at the headline's 8-row tiles, times the
-// kD boxes that reach its plane) where the elementwise pass computed it once and wrote it.
-// (Each run is copied from its first position aligned down to a multiple of 4:
-// norm_grad_run_start.)
+// the B tiles as before. Each value is computed once per box (box rows / tile rows, 1.25x at the
+// headline's 8-row tiles, times the kD boxes that reach its plane) where the elementwise pass
+// computed it once and wrote it. (Each run is copied from its first position aligned down to a
+// multiple of 4: norm_grad_run_start.)
 #pragma once
 
 #include "conv/norm_grad_operand.cuh"
@@ -98,8 +97,10 @@ struct WgmmaPlaneTile {
   static constexpr int kParts = kBM / 64;          // staged parts (m64 blocks) per tile
   static constexpr int kSmemBytes = kPlaneStages * kPlaneBytes + kBStages * kBBytes + kOutBytes +
                                     kRowStages * kRowStageBytes + 1024;
+  // (The barriers, and the operand's coefficients: two boxes' of 32 channels.)
   static constexpr int kStaticSmemBytes =
-      2 * (kPlaneStages + kBStages + (kRowStages > 0 ? kRowStages : 1)) * 8 + 3 * 8;
+      2 * (kPlaneStages + kBStages + (kRowStages > 0 ? kRowStages : 1)) * 8 + 3 * 8 +
+      2 * (kRowStages > 0 ? 3 * kWgmmaConvBK : 4) * 4;
   // (The operand's producer warps compute: they take registers from the epilogue's thread.)
   static constexpr int kProducerRegisters = RowStages > 0 ? 56 : 40;
   static constexpr int kEpilogueRegisters = RowStages > 0 ? 40 : 56;
