@@ -499,7 +499,8 @@ cudaError_t launch_backward(const norm::ReluGroupNormBackwardParams& p, void* wo
     relu_backward_coefficients_kernel<scalar_t, acc_t>
         <<<static_cast<unsigned>(coefficient_blocks), kThreads, 0, stream>>>(
             row_sums, mean, rstd, weight, N * G, G, Cg, Cg * HxW, dx_coefficients, row_sums + rows,
-            ws.row_dx_sums);
+            // (only where carved: take(0) gives the workspace's end, not a null pointer)
+            p.dx_channel_sums != nullptr ? ws.row_dx_sums : nullptr);
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
     if (p.dx_channel_sums != nullptr) {
       FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_affine_param_grads<scalar_t, acc_t>(
