@@ -20,6 +20,24 @@ constexpr DeviceKernels<ReluGroupNormForwardParams> kForwardKernels{
 constexpr DeviceKernels<ReluGroupNormBackwardParams> kBackwardKernels{
     relu_group_norm_backward_cpu, FUSED_OPS_CUDA_KERNEL(relu_group_norm_backward_cuda)};
 
+// The backward kernels' params over t's tensors (grad_input's layout and rounding and the
+// optional outputs: the caller's).
+ReluGroupNormBackwardParams backward_params(const NormBackwardTensors& t,
+                                            const SymGroupNormShape& s) {
+  ReluGroupNormBackwardParams params{};
+  params.dtype = scalar_kind(t.input.scalar_type());
+  params.sizes = concrete(s);
+  params.dy = t.grad_output.const_data_ptr();
+  params.x = t.input.const_data_ptr();
+  params.mean = t.mean.const_data_ptr();
+  params.rstd = t.rstd.const_data_ptr();
+  params.weight = data_or_null(t.weight);
+  params.dx = mutable_data_or_null(t.grad_input);
+  params.dweight = mutable_data_or_null(t.grad_weight);
+  params.dbias = mutable_data_or_null(t.grad_bias);
+  return params;
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_forward(
@@ -119,19 +137,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_in_layou
                                 : at::zeros_symint({input.sym_size(1)}, input.options());
   }
   if (t.run_kernel) {
-    const ReluGroupNormBackwardParams params{scalar_kind(t.input.scalar_type()),
-                                             concrete(s),
-                                             t.grad_output.const_data_ptr(),
-                                             t.input.const_data_ptr(),
-                                             t.mean.const_data_ptr(),
-                                             t.rstd.const_data_ptr(),
-                                             data_or_null(t.weight),
-                                             mutable_data_or_null(t.grad_input),
-                                             mutable_data_or_null(t.grad_weight),
-                                             mutable_data_or_null(t.grad_bias),
-                                             dx_channels_last,
-                                             dx_channels_last && grad_input_tf32_rounded,
-                                             mutable_data_or_null(channel_sums)};
+    ReluGroupNormBackwardParams params = backward_params(t, s);
+    params.dx_channels_last = dx_channels_last;
+    params.dx_tf32_rounded = dx_channels_last && grad_input_tf32_rounded;
+    params.dx_channel_sums = mutable_data_or_null(channel_sums);
     run_kernel(kBackwardName, t.input, params, kBackwardKernels);
   }
   if (grad_input_channel_sums != nullptr) {
@@ -169,19 +178,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> relu_group_norm_backward_coeffici
   if (grad_input_channel_sums != nullptr) {
     channel_sums = at::empty({input.size(1)}, input.options());
   }
-  ReluGroupNormBackwardParams params{scalar_kind(t.input.scalar_type()),
-                                     concrete(s),
-                                     t.grad_output.const_data_ptr(),
-                                     t.input.const_data_ptr(),
-                                     t.mean.const_data_ptr(),
-                                     t.rstd.const_data_ptr(),
-                                     data_or_null(t.weight),
-                                     /*dx=*/nullptr,
-                                     mutable_data_or_null(t.grad_weight),
-                                     mutable_data_or_null(t.grad_bias),
-                                     /*dx_channels_last=*/false,
-                                     /*dx_tf32_rounded=*/false,
-                                     mutable_data_or_null(channel_sums)};
+  ReluGroupNormBackwardParams params = backward_params(t, s);  // (grad_input undefined: no dx)
+  params.dx_channel_sums = mutable_data_or_null(channel_sums);
   params.dx_coefficients = coefficients.mutable_data_ptr();
   run_kernel(kBackwardName, t.input, params, kBackwardKernels);
   if (grad_input_channel_sums != nullptr) {

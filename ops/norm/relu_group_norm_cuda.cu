@@ -482,27 +482,29 @@ cudaError_t launch_backward(const norm::ReluGroupNormBackwardParams& p, void* wo
   for (int i = 0; i < ws.pairs; ++i) {  // (pair i's row sums at row_sums + i * rows)
     const double2* pair_sums = nullptr;
     FUSED_OPS_RETURN_IF_CUDA_ERROR(reduce_chunk_partials(
-        ws.partials + i * rows * chunks, chunks, rows,
-        ws.row_sums != nullptr ? ws.row_sums + i * rows : nullptr, &pair_sums, stream));
+        ws.partials + i * rows * chunks, chunks, rows, ws.row_sums + i * rows, &pair_sums, stream));
     if (i == 0) {
       row_sums = pair_sums;
     }
   }
 
-  if (dx_coefficients != nullptr) {
-    // 2. The per-row coefficients into dx_coefficients (and dx's sums per row, then per
-    // channel, where asked for).
+  if (dx != nullptr || dx_coefficients != nullptr) {
+    // 2. Per-row coefficients: into dx_coefficients for the convolutions that apply them (with
+    // each row's sum of dx, then each channel's, where the channel sums are asked for), else
+    // into the workspace for step 3. (ws.row_dx_sums only where carved: the carver's take(0)
+    // gives the workspace's end, not a null pointer.)
+    const bool row_dx_sums = dx_coefficients != nullptr && p.dx_channel_sums != nullptr;
     const int64_t coefficient_blocks = blocks_for_warp_items(N * G);
     if (!grid_fits(coefficient_blocks)) {
       return cudaErrorInvalidConfiguration;
     }
     relu_backward_coefficients_kernel<scalar_t, acc_t>
         <<<static_cast<unsigned>(coefficient_blocks), kThreads, 0, stream>>>(
-            row_sums, mean, rstd, weight, N * G, G, Cg, Cg * HxW, dx_coefficients, row_sums + rows,
-            // (only where carved: take(0) gives the workspace's end, not a null pointer)
-            p.dx_channel_sums != nullptr ? ws.row_dx_sums : nullptr);
+            row_sums, mean, rstd, weight, N * G, G, Cg, Cg * HxW,
+            dx_coefficients != nullptr ? dx_coefficients : ws.coefficients,
+            row_dx_sums ? row_sums + rows : nullptr, row_dx_sums ? ws.row_dx_sums : nullptr);
     FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
-    if (p.dx_channel_sums != nullptr) {
+    if (row_dx_sums) {
       FUSED_OPS_RETURN_IF_CUDA_ERROR((launch_affine_param_grads<scalar_t, acc_t>(
           RowDxSums{ws.row_dx_sums, C}, mean, rstd, N, C, G, /*dweight=*/nullptr,
           static_cast<scalar_t*>(p.dx_channel_sums), stream)));
@@ -510,15 +512,7 @@ cudaError_t launch_backward(const norm::ReluGroupNormBackwardParams& p, void* wo
   }
 
   if (dx != nullptr) {
-    // 2. Per-row coefficients, 3. dx.
-    const int64_t coefficient_blocks = blocks_for_warp_items(N * G);
-    if (!grid_fits(coefficient_blocks)) {
-      return cudaErrorInvalidConfiguration;
-    }
-    relu_backward_coefficients_kernel<scalar_t, acc_t>
-        <<<static_cast<unsigned>(coefficient_blocks), kThreads, 0, stream>>>(
-            row_sums, mean, rstd, weight, N * G, G, Cg, Cg * HxW, ws.coefficients);
-    FUSED_OPS_RETURN_IF_LAUNCH_FAILED();
+    // 3. dx.
     const ReluBackwardInputOp<acc_t> input_grad{ws.coefficients};
     if (p.dx_channels_last) {
       const int64_t channel_tiles = ceil_div(C, kLayoutChannels);
