@@ -318,21 +318,37 @@ at::Tensor transposed_as_forward_split_tf32(const at::Tensor& input, const at::T
 }
 
 #ifdef FUSED_OPS_WITH_CUTLASS
-// The forward rewrite `forward`'s weight gradient into forward_grad (C_out, k..., C_in) on
-// Hopper's wgmma kernel, x read NCDHW (the module's layout: no transpose unless the input comes
-// channels-last), dy NDHWC.
-// (dy_from_norm defined: dy is that operand, and `dy` undefined.)
-void run_weight_grad_ncdhw_input(const char* op, const at::Tensor& dy, const at::Tensor& input,
-                                 const Conv3dShape& forward, bool split_tf32,
-                                 at::Tensor& forward_grad,
-                                 const ReluGroupNormGradOperand& dy_from_norm = {}) {
-  const at::Tensor x = aligned_16(float_cuda_in_format(input, at::MemoryFormat::Contiguous));
-  run_cuda_kernel(op, input,
-                  Conv3dWeightGradNcdhwInputParams{
-                      forward, x.const_data_ptr<float>(),
-                      dy_from_norm.defined() ? nullptr : dy.const_data_ptr<float>(),
-                      forward_grad.mutable_data_ptr<float>(), split_tf32, dy_from_norm},
-                  split_tf32_conv3d_cuda.weight_grad_ncdhw_input);
+// The transposed convolution's weight gradient from its forward rewrite `forward`'s, computed by
+// fill(forward_grad) into forward_grad (C_out, k..., C_in: KTRSC, as our kernels write it): ->
+// the forward weight's (C_out, C_in, k...) -> (C_in, C_out, k...), in weight's layout.
+template <typename Fill>
+at::Tensor transposed_weight_grad_from_ktrsc(const Conv3dShape& forward, const at::Tensor& input,
+                                             const at::Tensor& weight, const Conv3dParams& p,
+                                             const Fill& fill) {
+  at::Tensor forward_grad =
+      at::empty({forward.C_out, forward.kD, forward.kH, forward.kW, forward.C_in}, input.options());
+  fill(forward_grad);
+  return transposed_weight_of_forward(forward_grad.permute({0, 4, 1, 2, 3}), p.groups,
+                                      weight.sizes())
+      .contiguous(weight.suggest_memory_format());
+}
+
+// The transposed convolution's weight gradient on Hopper's wgmma kernel (the forward rewrite
+// `forward`'s), x read NCDHW (the module's layout: no transpose unless the input comes
+// channels-last), dy NDHWC. (dy_from_norm defined: dy is that operand, and `dy` undefined.)
+at::Tensor weight_grad_on_wgmma(const char* op, const at::Tensor& dy, const at::Tensor& input,
+                                const at::Tensor& weight, const Conv3dShape& forward,
+                                const Conv3dParams& p, bool split_tf32,
+                                const ReluGroupNormGradOperand& dy_from_norm = {}) {
+  return transposed_weight_grad_from_ktrsc(forward, input, weight, p, [&](at::Tensor& grad) {
+    const at::Tensor x = aligned_16(float_cuda_in_format(input, at::MemoryFormat::Contiguous));
+    run_cuda_kernel(op, input,
+                    Conv3dWeightGradNcdhwInputParams{
+                        forward, x.const_data_ptr<float>(),
+                        dy_from_norm.defined() ? nullptr : dy.const_data_ptr<float>(),
+                        grad.mutable_data_ptr<float>(), split_tf32, dy_from_norm},
+                    split_tf32_conv3d_cuda.weight_grad_ncdhw_input);
+  });
 }
 
 // The input gradient of a transposed convolution whose forward rewrite is `forward`: a forward
@@ -391,24 +407,21 @@ std::tuple<at::Tensor, at::Tensor> transposed_split_tf32_backward(const at::Tens
                                                   /*tf32_products=*/false);
   }
   if (output_mask[1]) {
-    // The forward rewrite's weight gradient, KTRSC: (C_out, k..., C_in). On Hopper's wgmma
-    // kernel x stays NCDHW; CUTLASS's sm80 wgrad takes it NDHWC.
-    at::Tensor forward_grad = at::empty(
-        {forward.C_out, forward.kD, forward.kH, forward.kW, forward.C_in}, input.options());
+    // The forward rewrite's weight gradient. On Hopper's wgmma kernel x stays NCDHW; CUTLASS's
+    // sm80 wgrad takes it NDHWC.
     if (split_tf32_conv3d_cuda.weight_grad_ncdhw_input_supported(forward)) {
-      run_weight_grad_ncdhw_input(kOp, dy, input, forward, /*split_tf32=*/true, forward_grad);
+      grad_weight = weight_grad_on_wgmma(kOp, dy, input, weight, forward, p, /*split_tf32=*/true);
     } else {
-      const at::Tensor x = aligned_16(float_cuda_in_format(input, kChannelsLast));
-      run_cuda_kernel(kOp, input,
-                      Conv3dWeightGradChannelsLastParams{forward, x.const_data_ptr<float>(),
-                                                         dy.const_data_ptr<float>(),
-                                                         forward_grad.mutable_data_ptr<float>()},
-                      split_tf32_conv3d_cuda.weight_grad);
+      grad_weight =
+          transposed_weight_grad_from_ktrsc(forward, input, weight, p, [&](at::Tensor& grad) {
+            const at::Tensor x = aligned_16(float_cuda_in_format(input, kChannelsLast));
+            run_cuda_kernel(kOp, input,
+                            Conv3dWeightGradChannelsLastParams{forward, x.const_data_ptr<float>(),
+                                                               dy.const_data_ptr<float>(),
+                                                               grad.mutable_data_ptr<float>()},
+                            split_tf32_conv3d_cuda.weight_grad);
+          });
     }
-    // (C_out, k..., C_in) -> the forward weight's (C_out, C_in, k...) -> (C_in, C_out, k...).
-    grad_weight = transposed_weight_of_forward(forward_grad.permute({0, 4, 1, 2, 3}), p.groups,
-                                               weight.sizes())
-                      .contiguous(weight.suggest_memory_format());
   }
   return {grad_input, grad_weight};
 #else
@@ -457,12 +470,7 @@ std::tuple<at::Tensor, at::Tensor> transposed_as_forward_backward(const at::Tens
                                                   /*tf32_products=*/true);
   }
   if (wgmma_weight_grad) {
-    at::Tensor forward_grad = at::empty(
-        {forward.C_out, forward.kD, forward.kH, forward.kW, forward.C_in}, input.options());
-    run_weight_grad_ncdhw_input(kOp, dy, input, forward, /*split_tf32=*/false, forward_grad);
-    grad_weight = transposed_weight_of_forward(forward_grad.permute({0, 4, 1, 2, 3}), p.groups,
-                                               weight.sizes())
-                      .contiguous(weight.suggest_memory_format());
+    grad_weight = weight_grad_on_wgmma(kOp, dy, input, weight, forward, p, /*split_tf32=*/false);
   }
 #endif
   if (output_mask[0] && !wgmma_input_grad) {
@@ -814,13 +822,8 @@ std::tuple<at::Tensor, at::Tensor> conv3d_backward_from_norm_operand(
                                                   /*tf32_products=*/!split_tf32, operand);
   }
   if (output_mask[1]) {
-    at::Tensor forward_grad = at::empty(
-        {forward.C_out, forward.kD, forward.kH, forward.kW, forward.C_in}, input.options());
-    run_weight_grad_ncdhw_input(kOp, at::Tensor(), input, forward, split_tf32, forward_grad,
-                                operand);
-    grad_weight = transposed_weight_of_forward(forward_grad.permute({0, 4, 1, 2, 3}), p.groups,
-                                               weight.sizes())
-                      .contiguous(weight.suggest_memory_format());
+    grad_weight =
+        weight_grad_on_wgmma(kOp, at::Tensor(), input, weight, forward, p, split_tf32, operand);
   }
   return {grad_input, grad_weight};
 #else
