@@ -506,6 +506,41 @@ def drop_in_pair(cls_name, init, device="cpu", dtype=torch.float32):
     return original.to(device=device, dtype=dtype), fused.to(device=device, dtype=dtype)
 
 
+def relu_gradient_failures(report, slack=2e-7):
+    """The gradients of a fused_ops.testing.compare_relu_gradients_on_own_masks report whose
+    error against float64 is above twice eager's (+ slack: float32's rounding of the output,
+    whatever eager reaches), as lines for an assertion message."""
+    return [
+        f"{what}: fused {e.fused_error:.3e}, eager {e.eager_error:.3e}"
+        for what, e in report.gradients.items()
+        if not e.fused_error <= 2 * e.eager_error + slack
+    ]
+
+
+def check_conv_transpose_tf32_gradients(shape, c_out, groups, device="cuda"):
+    """ConvTranspose3dReLUGroupNorm (3x3x3, random affine) against eager on torch.rand input of
+    `shape`, under the current TF32 flags: every gradient at most twice eager's error against
+    float64, each on its model's own ReLU mask. Returns (fused, x) for further checks."""
+    init = dict(in_channels=shape[1], out_channels=c_out, kernel_size=3, groups=groups)
+    original, fused = drop_in_pair("ConvTranspose3dReLUGroupNorm", init, device)
+    x = torch.rand(shape, device=device)
+    report = fused_ops.testing.compare_relu_gradients_on_own_masks(original, fused, x)
+    assert "grad input" in report.gradients
+    failures = relu_gradient_failures(report)
+    assert not failures, "\n".join(failures)
+    return fused, x
+
+
+def backward_kernel_names(out, grad=None):
+    """The CUDA kernels (profiler keys) of out's backward for `grad` (random where None, drawn
+    before the profile)."""
+    grad = torch.randn_like(out) if grad is None else grad
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out.backward(grad)
+        torch.cuda.synchronize()
+    return [e.key for e in prof.key_averages()]
+
+
 def make_pair(name, device="cpu", dtype=torch.float32):
     """(original, fused, input shape) of MODELS[name] (drop_in_pair)."""
     Original, _, init, input_shape = MODELS[name]

@@ -19,8 +19,13 @@ import pytest
 import torch
 
 import fused_ops
-from fused_ops import testing
-from helpers import check_against_reference, conv_transpose_args, cuda_marks, drop_in_pair
+from helpers import (
+    backward_kernel_names,
+    check_against_reference,
+    check_conv_transpose_tf32_gradients,
+    conv_transpose_args,
+    cuda_marks,
+)
 
 pytestmark = cuda_marks()
 
@@ -57,13 +62,6 @@ def _runs_wgmma():
     return fused_ops.split_tf32_conv_kernel() == "wgmma"
 
 
-def _backward_kernel_names(out, grad=None):
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out.backward(torch.randn_like(out) if grad is None else grad)
-        torch.cuda.synchronize()
-    return [e.key for e in prof.key_averages()]
-
-
 def _assert_ran_from_norm(names):
     if not _runs_wgmma():
         return
@@ -80,7 +78,7 @@ def test_split_gradients_vs_float64(case, monkeypatch):
     args = conv_transpose_args(shape, c_out, k, groups, device="cuda", **kw)
     check_against_reference("conv_transpose3d_relu_group_norm", args)
     out = torch.ops.fused.conv_transpose3d_relu_group_norm(*args)
-    _assert_ran_from_norm(_backward_kernel_names(out))
+    _assert_ran_from_norm(backward_kernel_names(out))
 
 
 @pytest.mark.parametrize("case", list(TF32_CASES))
@@ -88,20 +86,9 @@ def test_tf32_gradients_vs_float64(case, monkeypatch):
     """Every gradient at most twice eager's error against float64 (on each model's own ReLU
     mask: testing.compare_relu_gradients_on_own_masks), as the library's other TF32 kernels."""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
-    shape, c_out, groups = TF32_CASES[case]
     torch.manual_seed(sum(map(ord, case)))
-    init = dict(in_channels=shape[1], out_channels=c_out, kernel_size=3, groups=groups)
-    original, fused = drop_in_pair("ConvTranspose3dReLUGroupNorm", init, "cuda")
-    x = torch.rand(shape, device="cuda")
-    report = testing.compare_relu_gradients_on_own_masks(original, fused, x)
-    failures = [
-        f"{what}: fused {e.fused_error:.3e}, eager {e.eager_error:.3e}"
-        for what, e in report.gradients.items()
-        if not e.fused_error <= 2 * e.eager_error + 2e-7
-    ]
-    assert "grad input" in report.gradients
-    assert not failures, "\n".join(failures)
-    _assert_ran_from_norm(_backward_kernel_names(fused(x.clone().requires_grad_())))
+    fused, x = check_conv_transpose_tf32_gradients(*TF32_CASES[case])
+    _assert_ran_from_norm(backward_kernel_names(fused(x.clone().requires_grad_())))
 
 
 def _gradients(args, grad_out):
@@ -164,7 +151,7 @@ def test_switch_and_peak_memory(tf32, monkeypatch):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        names = _backward_kernel_names(out, grad_out)
+        names = backward_kernel_names(out, grad_out)
         peaks[setting] = torch.cuda.max_memory_allocated() - base
         assert any(DY_PASS in n for n in names) == (setting != "1"), names
         del out

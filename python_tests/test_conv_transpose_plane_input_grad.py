@@ -19,8 +19,13 @@ import pytest
 import torch
 
 import fused_ops
-from fused_ops import testing
-from helpers import check_against_reference, conv_transpose_args, cuda_marks, drop_in_pair
+from helpers import (
+    backward_kernel_names,
+    check_against_reference,
+    check_conv_transpose_tf32_gradients,
+    conv_transpose_args,
+    cuda_marks,
+)
 
 pytestmark = cuda_marks()
 
@@ -56,13 +61,6 @@ def _runs_wgmma():
     return fused_ops.split_tf32_conv_kernel() == "wgmma"
 
 
-def _backward_kernel_names(out):
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out.backward(torch.randn_like(out))
-        torch.cuda.synchronize()
-    return [e.key for e in prof.key_averages()]
-
-
 @pytest.mark.parametrize("case", list(SPLIT_CASES))
 def test_split_gradients_vs_float64(case, monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
@@ -72,7 +70,7 @@ def test_split_gradients_vs_float64(case, monkeypatch):
     check_against_reference("conv_transpose3d_relu_group_norm", args)
     if _runs_wgmma():
         out = torch.ops.fused.conv_transpose3d_relu_group_norm(*args)
-        assert any(PLANE_KERNEL in n for n in _backward_kernel_names(out))
+        assert any(PLANE_KERNEL in n for n in backward_kernel_names(out))
 
 
 @pytest.mark.parametrize("case", list(TF32_CASES))
@@ -80,22 +78,11 @@ def test_tf32_gradients_vs_float64(case, monkeypatch):
     """Every gradient at most twice eager's error against float64 (on each model's own ReLU
     mask: testing.compare_relu_gradients_on_own_masks), as the library's other TF32 kernels."""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
-    shape, c_out, groups = TF32_CASES[case]
     torch.manual_seed(sum(map(ord, case)))
-    init = dict(in_channels=shape[1], out_channels=c_out, kernel_size=3, groups=groups)
-    original, fused = drop_in_pair("ConvTranspose3dReLUGroupNorm", init, "cuda")
-    x = torch.rand(shape, device="cuda")
-    report = testing.compare_relu_gradients_on_own_masks(original, fused, x)
-    failures = [
-        f"{what}: fused {e.fused_error:.3e}, eager {e.eager_error:.3e}"
-        for what, e in report.gradients.items()
-        if not e.fused_error <= 2 * e.eager_error + 2e-7
-    ]
-    assert "grad input" in report.gradients
-    assert not failures, "\n".join(failures)
+    fused, x = check_conv_transpose_tf32_gradients(*TF32_CASES[case])
     if _runs_wgmma():
         out = fused(x.clone().requires_grad_())
-        assert any(PLANE_KERNEL in n for n in _backward_kernel_names(out))
+        assert any(PLANE_KERNEL in n for n in backward_kernel_names(out))
 
 
 @pytest.mark.parametrize("tf32", [False, True], ids=["tf32_off", "tf32"])
@@ -126,7 +113,7 @@ def test_switch(setting, tf32, monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
     torch.manual_seed(3)
     args = conv_transpose_args((2, 16, 3, 9, 32), 32, 3, 8, device="cuda")
-    names = _backward_kernel_names(torch.ops.fused.conv_transpose3d_relu_group_norm(*args))
+    names = backward_kernel_names(torch.ops.fused.conv_transpose3d_relu_group_norm(*args))
     plane = any(PLANE_KERNEL in n for n in names)
     assert plane == (setting is None and tf32), names
     assert plane or any("split_tf32_wgmma_conv3d_kernel" in n for n in names), names

@@ -24,7 +24,7 @@ import torch
 
 import fused_ops
 from fused_ops import testing
-from helpers import cuda_marks, drop_in_pair
+from helpers import backward_kernel_names, cuda_marks, drop_in_pair, relu_gradient_failures
 
 pytestmark = cuda_marks()
 
@@ -64,11 +64,7 @@ def test_gradients_vs_float64(case, layout, bias):
     expected = {"grad input", "grad conv_transpose.weight", "grad group_norm.weight"}
     expected |= {"grad group_norm.bias"} | ({"grad conv_transpose.bias"} if bias else set())
     assert expected <= set(report.gradients), sorted(report.gradients)
-    failures = []
-    for what, e in report.gradients.items():
-        # (2e-7: float32's rounding of the output, whatever eager reaches)
-        if not e.fused_error <= 2 * e.eager_error + 2e-7:
-            failures.append(f"{what}: fused {e.fused_error:.3e}, eager {e.eager_error:.3e}")
+    failures = relu_gradient_failures(report)
     conv = report.conv_error
     if not conv["fused"] <= 2 * conv["eager"] + 2e-7:
         failures.append(f"conv output: {conv}")
@@ -77,13 +73,7 @@ def test_gradients_vs_float64(case, layout, bias):
 
 def _backward_kernel_names(fused, x):
     """The CUDA kernels (profiler keys) of fused(x)'s backward for a random output gradient."""
-    x.requires_grad_(True)
-    out = fused(x)
-    grad = torch.randn_like(out)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out.backward(grad)
-        torch.cuda.synchronize()
-    return [e.key for e in prof.key_averages()]
+    return backward_kernel_names(fused(x.requires_grad_(True)))
 
 
 def test_input_gradient_runs_the_wgmma_kernel():
