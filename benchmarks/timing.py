@@ -763,13 +763,18 @@ class Runner:
 
     def path(self, module, x, mode):
         """{"path": the kernels fused_ops.dispatch_path names} for module(x), queried under
-        the flags and grad mode the timing runs with ({"path_error": ...} if it fails)."""
+        the flags and grad mode the timing runs with, and for a training step of the
+        ConvTranspose3d model those of its backward too (fused_ops.backward_path, after
+        " | backward: "); {"path_error": ...} if a query fails."""
         import fused_ops
 
         op, args = fused_call(module, x)
         try:
             with torch.set_grad_enabled(mode != "fwd"):
-                return {"path": str(fused_ops.dispatch_path(op, *args))}
+                path = str(fused_ops.dispatch_path(op, *args))
+                if mode != "fwd" and op == "conv_transpose3d_relu_group_norm":
+                    path += " | backward: " + str(fused_ops.backward_path(op, *args))
+                return {"path": path}
         except Exception as e:  # noqa: BLE001  (a library without the path queries)
             return {"path_error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
 

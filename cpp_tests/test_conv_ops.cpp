@@ -205,6 +205,15 @@ TEST_CASE("debug queries name the kernels a call runs (CPU: ATen's convolutions)
             pt.input.to(at::kFloat), pt.weight.to(at::kFloat), c10::nullopt, ct.stride, ct.padding,
             ct.output_padding, ct.groups, ct.dilation, ct.num_groups, c10::nullopt, c10::nullopt,
             ct.eps) == "aten -> relu_group_norm");
+  CHECK(fused_ops::api::conv_transpose3d_relu_group_norm_backward_path(
+            pt.input, pt.weight, pt.conv_bias, ct.stride, ct.padding, ct.output_padding, ct.groups,
+            ct.dilation, ct.num_groups, pt.gn_weight, pt.gn_bias,
+            ct.eps) == "dy -> input_grad=aten, weight_grad=aten");
+  // Its arguments are checked as the operator's.
+  REQUIRE_C10_ERROR(fused_ops::api::conv_transpose3d_relu_group_norm_backward_path(
+                        pt.input, pt.weight, pt.conv_bias, ct.stride, ct.padding, ct.output_padding,
+                        ct.groups, ct.dilation, /*num_groups=*/0, pt.gn_weight, pt.gn_bias, ct.eps),
+                    FUSED_CONTAINS("expected num_groups > 0"));
   const ConvCase c3 = conv3d_cases()[0];
   const ConvParams p3 = random_conv_params(c3, false);
   CHECK(fused_ops::api::conv3d_group_norm_mean_path(

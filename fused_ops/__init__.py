@@ -41,6 +41,7 @@ __all__ = [
     "library_search_paths",
     "has_cuda_kernels",
     "dispatch_path",
+    "backward_path",
     "split_tf32_conv_kernel",
     "onepass_products_kernel",
     "relu_group_norm",
@@ -144,6 +145,27 @@ def dispatch_path(op: str, *args) -> str:
     convolution's output never written; in training, backward recomputes it from the input).
     """
     return getattr(torch.ops.fused, f"_{op}_path")(*args)
+
+
+def backward_path(op: str, *args) -> str:
+    """The kernels of the backward of a training step of ``torch.ops.fused.<op>(*args)`` (every
+    gradient asked for) under the current precision flags and environment switches: a debug
+    query, like ``dispatch_path``, for ``op`` = "conv_transpose3d_relu_group_norm" (the other
+    operators' backwards are the ones their forward paths name). The answer is
+    ``"<dy> -> input_grad=<convolution>, weight_grad=<convolution>"``, e.g.
+    ``"dy_ndhwc_tf32 -> input_grad=tf32_wgmma, weight_grad=tf32_wgmma"``. ``dy``, the gradient
+    of the convolution's output: ``dy`` (written in the input's layout), ``dy_ndhwc`` (written
+    NDHWC), ``dy_ndhwc_tf32`` (written NDHWC, rounded to TF32 for TF32 products) or
+    ``dy_from_norm`` (never written: the convolutions compute it from the GroupNorm's
+    per-channel coefficients as they load it; ``FUSED_OPS_NORM_GRAD_OPERAND=1``). The
+    convolutions: ``aten`` (as eager PyTorch), ``cudnn_ndhwc`` (cuDNN's, NDHWC),
+    ``split_tf32`` (the split-TF32 kernels that ``split_tf32_conv_kernel`` names),
+    ``split_tf32_wgmma`` / ``tf32_wgmma`` (our Hopper kernels, split-TF32 or TF32 products),
+    ``split_tf32_cutlass`` (CUTLASS's sm80 weight gradient).
+    """
+    if op != "conv_transpose3d_relu_group_norm":
+        raise ValueError(f"backward_path: no backward query for {op!r}")
+    return torch.ops.fused._conv_transpose3d_relu_group_norm_backward_path(*args)
 
 
 def split_tf32_conv_kernel(device: Union[str, torch.device, None] = None) -> str:

@@ -63,6 +63,8 @@ TORCH_LIBRARY_IMPL(fused, CompositeImplicitAutograd, m) {
   m.impl("_group_norm_mean_path", TORCH_FN(norm::group_norm_mean_path));
   m.impl("_conv_transpose3d_relu_group_norm_path",
          TORCH_FN(conv::conv_transpose3d_relu_group_norm_path));
+  m.impl("_conv_transpose3d_relu_group_norm_backward_path",
+         TORCH_FN(conv::conv_transpose3d_relu_group_norm_backward_path));
   m.impl("_conv3d_group_norm_mean_path", TORCH_FN(conv::conv3d_group_norm_mean_path));
   m.impl("_split_tf32_conv_kernel", TORCH_FN(conv::split_tf32_conv_kernel));
   m.impl("_conv3d_onepass_products_kernel", TORCH_FN(conv::conv3d_onepass_products_kernel));

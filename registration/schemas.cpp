@@ -86,6 +86,9 @@ TORCH_LIBRARY(fused, m) {
   def("_relu_group_norm_path", kReluGroupNormArgs, "str");
   def("_group_norm_mean_path", kGroupNormMeanArgs, "str");
   def("_conv_transpose3d_relu_group_norm_path", kConvTransposeArgs, "str");
+  // The kernels of a training step's backward (conv_transpose3d_relu_group_norm only: the others'
+  // backwards are those their forward paths name).
+  def("_conv_transpose3d_relu_group_norm_backward_path", kConvTransposeArgs, "str");
   def("_conv3d_group_norm_mean_path", kConv3dArgs, "str");
   // Which kernel runs the float32-grade (split-TF32) convolution on input's device: "wgmma",
   // "mma_sync", or "" where that path cannot run.

@@ -89,6 +89,16 @@ std::string conv_transpose3d_relu_group_norm_path(const Tensor& input, const Ten
                  num_groups, gn_weight, gn_bias, eps);
 }
 
+std::string conv_transpose3d_relu_group_norm_backward_path(
+    const Tensor& input, const Tensor& weight, const OptTensor& conv_bias, IntArrayRef stride,
+    IntArrayRef padding, IntArrayRef output_padding, int64_t groups, IntArrayRef dilation,
+    int64_t num_groups, const OptTensor& gn_weight, const OptTensor& gn_bias, double eps) {
+  FUSED_OPS_CALL(ConvTransposeSignature<std::string>,
+                 "_conv_transpose3d_relu_group_norm_backward_path", input, weight, conv_bias,
+                 stride, padding, output_padding, groups, dilation, num_groups, gn_weight, gn_bias,
+                 eps);
+}
+
 std::string conv3d_group_norm_mean_path(const Tensor& input, const Tensor& weight,
                                         const OptTensor& conv_bias, IntArrayRef stride,
                                         IntArrayRef padding, IntArrayRef dilation, int64_t groups,

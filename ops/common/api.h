@@ -52,6 +52,14 @@ std::string conv_transpose3d_relu_group_norm_path(
     at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
     at::IntArrayRef dilation, int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
     const c10::optional<at::Tensor>& gn_bias, double eps);
+// The kernels of a training step's backward (every gradient asked for), e.g.
+// "dy_ndhwc_tf32 -> input_grad=tf32_wgmma, weight_grad=tf32_wgmma" (ops/conv/conv_stage.h:
+// transposed_conv3d_backward_path).
+std::string conv_transpose3d_relu_group_norm_backward_path(
+    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+    at::IntArrayRef dilation, int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+    const c10::optional<at::Tensor>& gn_bias, double eps);
 std::string conv3d_group_norm_mean_path(const at::Tensor& input, const at::Tensor& weight,
                                         const c10::optional<at::Tensor>& conv_bias,
                                         at::IntArrayRef stride, at::IntArrayRef padding,

@@ -387,6 +387,38 @@ at::Tensor input_grad_on_split_tf32_kernels(const char* op, const at::Tensor& dy
 }
 #endif
 
+// Which convolutions of the backward of a float32 transposed rewrite run on our wgmma kernels:
+// the TF32 backward's input and weight gradients (else cuDNN's, NDHWC), the split-TF32
+// backward's weight gradient (else CUTLASS's sm80 wgrad; its input gradient always runs on the
+// split-TF32 forward kernels, whichever split_tf32_conv_kernel names). One place for
+// transposed_split_tf32_backward, transposed_as_forward_backward and conv3d_backward_path.
+struct TransposedBackwardConvs {
+  bool input_grad_on_wgmma = false, weight_grad_on_wgmma = false;
+};
+TransposedBackwardConvs split_tf32_backward_convs(const at::Tensor& input, const at::Tensor& weight,
+                                                  const Conv3dParams& p) {
+  TransposedBackwardConvs convs;
+#ifdef FUSED_OPS_WITH_CUTLASS
+  const Conv3dShape forward = split_tf32_params_of_transposed(input, weight, p).conv;
+  convs.weight_grad_on_wgmma = split_tf32_conv3d_cuda.weight_grad_ncdhw_input_supported(forward);
+#endif
+  return convs;
+}
+TransposedBackwardConvs tf32_rewrite_backward_convs(const at::Tensor& input,
+                                                    const at::Tensor& weight,
+                                                    const Conv3dParams& p) {
+  TransposedBackwardConvs convs;
+#ifdef FUSED_OPS_WITH_CUTLASS
+  if (p.groups == 1) {
+    const Conv3dShape forward = split_tf32_params_of_transposed(input, weight, p).conv;
+    convs.input_grad_on_wgmma =
+        split_tf32_conv3d_cuda.forward_tf32_supported(split_tf32_input_grad_shape(forward, p));
+    convs.weight_grad_on_wgmma = split_tf32_conv3d_cuda.weight_grad_ncdhw_input_supported(forward);
+  }
+#endif
+  return convs;
+}
+
 // conv3d_backward of a transposed convolution that ran as transposed_as_forward_split_tf32: the
 // input gradient is a forward convolution of dy (split_tf32_input_grad_shape) and the weight
 // gradient that of the forward rewrite, both on the split-TF32 kernels (the bias's gradient:
@@ -409,7 +441,7 @@ std::tuple<at::Tensor, at::Tensor> transposed_split_tf32_backward(const at::Tens
   if (output_mask[1]) {
     // The forward rewrite's weight gradient. On Hopper's wgmma kernel x stays NCDHW; CUTLASS's
     // sm80 wgrad takes it NDHWC.
-    if (split_tf32_conv3d_cuda.weight_grad_ncdhw_input_supported(forward)) {
+    if (split_tf32_backward_convs(input, weight, p).weight_grad_on_wgmma) {
       grad_weight = weight_grad_on_wgmma(kOp, dy, input, weight, forward, p, /*split_tf32=*/true);
     } else {
       grad_weight =
@@ -458,13 +490,11 @@ std::tuple<at::Tensor, at::Tensor> transposed_as_forward_backward(const at::Tens
   at::Tensor grad_input, grad_weight;
   bool wgmma_input_grad = false, wgmma_weight_grad = false;
 #ifdef FUSED_OPS_WITH_CUTLASS
+  const TransposedBackwardConvs convs = tf32_rewrite_backward_convs(input, weight, p);
+  wgmma_input_grad = output_mask[0] && convs.input_grad_on_wgmma;
+  wgmma_weight_grad = output_mask[1] && convs.weight_grad_on_wgmma;
   const Conv3dShape forward =
       p.groups == 1 ? split_tf32_params_of_transposed(input, weight, p).conv : Conv3dShape{};
-  wgmma_input_grad =
-      output_mask[0] && p.groups == 1 &&
-      split_tf32_conv3d_cuda.forward_tf32_supported(split_tf32_input_grad_shape(forward, p));
-  wgmma_weight_grad = output_mask[1] && p.groups == 1 &&
-                      split_tf32_conv3d_cuda.weight_grad_ncdhw_input_supported(forward);
   if (wgmma_input_grad) {
     grad_input = input_grad_on_split_tf32_kernels(kOp, dy, input, weight, forward, p,
                                                   /*tf32_products=*/true);
@@ -829,6 +859,36 @@ std::tuple<at::Tensor, at::Tensor> conv3d_backward_from_norm_operand(
 #else
   TORCH_INTERNAL_ASSERT(false, "the GroupNorm's operand selected in a build without CUTLASS");
 #endif
+}
+
+std::string transposed_conv3d_backward_path(const at::Tensor& input, const at::Tensor& weight,
+                                            const Conv3dParams& p) {
+  const auto path_of = [](const char* dy, const char* input_grad, const char* weight_grad) {
+    return std::string(dy) + " -> input_grad=" + input_grad + ", weight_grad=" + weight_grad;
+  };
+  if (!p.transposed || !input.is_cuda()) {
+    return path_of("dy", "aten", "aten");
+  }
+  const c10::DeviceGuard device_guard(input.device());  // (the kernels' checks ask the device)
+  const ConvPath path = select_conv_path(input, weight, p, ConvConsumer::kReluGroupNorm);
+  const bool split_tf32 = path == ConvPath::kTransposedAsForwardSplitTf32;
+  if (input.numel() > 0 && conv3d_backward_takes_norm_operand(input, weight, p)) {
+    const char* kernel = split_tf32 ? "split_tf32_wgmma" : "tf32_wgmma";
+    return path_of("dy_from_norm", kernel, kernel);
+  }
+  if (split_tf32) {
+    return path_of("dy_ndhwc", "split_tf32",
+                   split_tf32_backward_convs(input, weight, p).weight_grad_on_wgmma
+                       ? "split_tf32_wgmma"
+                       : "split_tf32_cutlass");
+  }
+  if (backward_is_tf32_rewrite(input, path)) {
+    const TransposedBackwardConvs convs = tf32_rewrite_backward_convs(input, weight, p);
+    return path_of("dy_ndhwc_tf32", convs.input_grad_on_wgmma ? "tf32_wgmma" : "cudnn_ndhwc",
+                   convs.weight_grad_on_wgmma ? "tf32_wgmma" : "cudnn_ndhwc");
+  }
+  return path_of(conv3d_backward_reads_channels_last(input, weight, p) ? "dy_ndhwc" : "dy", "aten",
+                 "aten");
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv3d_backward(const at::Tensor& grad_conv_output,

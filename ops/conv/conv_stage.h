@@ -146,6 +146,20 @@ std::tuple<at::Tensor, at::Tensor> conv3d_backward_from_norm_operand(
     const at::Tensor& input, const at::Tensor& weight, const Conv3dParams& params,
     std::array<bool, 2> output_mask);
 
+// The kernels of the backward of a transposed convolution that ReLU -> GroupNorm follows
+// (conv3d_backward, or conv3d_backward_from_norm_operand where conv3d_backward_takes_norm_operand),
+// every gradient asked for, for the debug query of conv_transpose3d_relu_group_norm's backward:
+// "<dy> -> input_grad=<convolution>, weight_grad=<convolution>". dy, the conv output's gradient
+// from the GroupNorm backward: "dy" (written in the input's layout), "dy_ndhwc" (written NDHWC),
+// "dy_ndhwc_tf32" (written NDHWC, rounded to TF32: conv3d_backward_is_tf32) or "dy_from_norm"
+// (never written: the convolutions compute it from the GroupNorm's coefficients as they load
+// it). The convolutions: "aten" (ATen's convolution_backward, as eager's), "cudnn_ndhwc"
+// (cuDNN's, NDHWC), "split_tf32" (the split-TF32 forward kernels: split_tf32_conv_kernel says
+// which), "split_tf32_wgmma" / "tf32_wgmma" (our wgmma kernels, split-TF32 or TF32 products),
+// "split_tf32_cutlass" (CUTLASS's sm80 wgrad).
+std::string transposed_conv3d_backward_path(const at::Tensor& input, const at::Tensor& weight,
+                                            const Conv3dParams& params);
+
 // Gradients of run_conv3d's (grad_input, grad_weight, grad_bias) given the gradient of its
 // output (any layout), each undefined where output_mask is false (grad_bias also when has_bias is
 // false); grad_input and grad_weight in the memory formats that input and weight suggest. For Meta

@@ -213,6 +213,18 @@ std::string conv_transpose3d_relu_group_norm_path(
          norm::relu_group_norm_kernel_name(conv_output, input.device());
 }
 
+std::string conv_transpose3d_relu_group_norm_backward_path(
+    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+    at::IntArrayRef dilation, int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+    const c10::optional<at::Tensor>& gn_bias, double eps) {
+  const Conv3dParams params = make_conv3d_params(kName, stride, padding, output_padding, dilation,
+                                                 groups, /*transposed=*/true);
+  check_conv_group_norm_args(kName, input, weight, conv_bias, params, num_groups, gn_weight,
+                             gn_bias, eps);
+  return transposed_conv3d_backward_path(input, weight, params);
+}
+
 at::Tensor conv_transpose3d_relu_group_norm(const at::Tensor& input, const at::Tensor& weight,
                                             const c10::optional<at::Tensor>& conv_bias,
                                             at::IntArrayRef stride, at::IntArrayRef padding,

@@ -49,6 +49,16 @@ std::string conv_transpose3d_relu_group_norm_path(
     at::IntArrayRef dilation, int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
     const c10::optional<at::Tensor>& gn_bias, double eps);
 
+// The kernels of a training step's backward with these arguments (every gradient asked for),
+// e.g. "dy_ndhwc_tf32 -> input_grad=tf32_wgmma, weight_grad=tf32_wgmma"
+// (conv_stage.h, transposed_conv3d_backward_path), for the debug query
+// fused::_conv_transpose3d_relu_group_norm_backward_path.
+std::string conv_transpose3d_relu_group_norm_backward_path(
+    const at::Tensor& input, const at::Tensor& weight, const c10::optional<at::Tensor>& conv_bias,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef output_padding, int64_t groups,
+    at::IntArrayRef dilation, int64_t num_groups, const c10::optional<at::Tensor>& gn_weight,
+    const c10::optional<at::Tensor>& gn_bias, double eps);
+
 // The public operator: the forward's output alone.
 at::Tensor conv_transpose3d_relu_group_norm(const at::Tensor& input, const at::Tensor& weight,
                                             const c10::optional<at::Tensor>& conv_bias,
