@@ -112,6 +112,7 @@
 #include "common/cuda/async_proxy.cuh"
 #include "common/cuda/device_info.cuh"
 #include "common/cuda/per_device.cuh"
+#include "common/cuda/tensor_map_copies.cuh"
 #include "conv/conv_kernels.h"
 #include "conv/conv_side_work.cuh"
 
@@ -311,30 +312,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// mbarriers (shared memory, 8 bytes each).
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// An arrival that also expects `bytes` more of asynchronous copies (bulk_copy_to_shared) to
-// complete on the barrier before its phase does.
-__device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory by
 // the copy engine (the async proxy, as the tensor cores' reads), completing on mbarrier `bar`.
 __device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes,
@@ -373,18 +350,6 @@ __device__ __forceinline__ void im2col_copy_to_shared(uint32_t dst, const CUtens
       " [%0], [%1, {%3, %4, %5, %6, %7}], [%2], {%8, %9, %10};\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(x_map)), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(d), "r"(n),
       "h"(ow), "h"(oh), "h"(od)
-      : "memory");
-}
-// The tiled copy of the tensor memory accelerator: the box of `map` whose corner is at
-// coordinates (c0 .. c4) (innermost first) into shared memory at dst, zeros outside the tensor;
-// completes on `bar`.
-__device__ __forceinline__ void tiled_copy_to_shared_5d(uint32_t dst, const CUtensorMap* map,
-                                                        int32_t c0, int32_t c1, int32_t c2,
-                                                        int32_t c3, int32_t c4, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
       : "memory");
 }
 // The `threads` threads (whole warps) that reach named barrier `id` (1 .. 15: 0 is
@@ -1278,32 +1243,6 @@ inline bool x_im2col_map_supported(const WgmmaConvParams& p) {
   return p.C_in % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
 }
 
-// The byte strides of dims 1 .. kRank - 1 of a dense float32 tensor of `dims` (innermost first),
-// as the driver's tensor-map encoders take them.
-template <int kRank>
-std::array<cuuint64_t, kRank - 1> dense_float_strides(const cuuint64_t (&dims)[kRank]) {
-  std::array<cuuint64_t, kRank - 1> strides{};
-  cuuint64_t bytes = 4;
-  for (int i = 0; i + 1 < kRank; ++i) {
-    bytes *= dims[i];
-    strides[i] = bytes;
-  }
-  return strides;
-}
-
-// The driver function `name` (as of CUDA 12.0), reached through the runtime (the library does
-// not link the driver); null where the driver lacks it.
-inline void* driver_function(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) !=
-          cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    return nullptr;
-  }
-  return fn;
-}
-
 // x's (NDHWC) tensor map for the im2col copies of the kernel's activation tiles: per copy
 // `pixels` (the tile's kBM) output positions by 32 channels, 128-byte swizzled as the wgmma
 // descriptors read them, zeros outside x. By the driver's cuTensorMapEncodeIm2col, reached through
@@ -1336,17 +1275,6 @@ inline cudaError_t make_x_im2col_map(const WgmmaConvParams& p, int pixels, CUten
              element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
-// The driver's cuTensorMapEncodeTiled (driver_function); null where the driver lacks it.
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-inline EncodeTiled encode_tiled() {
-  static const EncodeTiled encode =
-      reinterpret_cast<EncodeTiled>(driver_function("cuTensorMapEncodeTiled"));
-  return encode;
 }
 
 // Whether y NCDHW can have its tensor map (make_y_ncdhw_map): 16-byte aligned, with planes of a
