@@ -643,6 +643,65 @@ TEST_CASE("one-pass plans fall back to the direct kernel where tensor-core footp
   CHECK(plan.smem_bytes == direct.smem_bytes);
 }
 
+// On wgmma the tensor-core forward copies its footprints with the tensor memory accelerator
+// (OnePassPlan::tma_footprint) where x's rows and every box's first column are 16-byte aligned:
+// the box's layout (the padded row, a multiple of 4 floats, dense above it), the buffers 128-byte
+// multiples after kOnePassTmaAlignSlack bytes of slack, the same boxes as without it;
+// python_tests/test_conv3d_onepass.py's TMA_CASES run these problems.
+TEST_CASE("one-pass plans copy footprints with tensor maps on wgmma", "[conv][cpu][onepass]") {
+  using fused_ops::ScalarKind;
+  namespace conv = fused_ops::conv;
+  constexpr size_t kH100 = 232448;
+  struct Case {
+    conv::Conv3dShape s;
+    bool tma;
+  };
+  conv::Conv3dShape padded_by_one =
+      stride1_shape({2, 3, 5, 6, 30}, 16, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1);
+  const Case cases[] = {
+      {stride1_shape({128, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true},
+      {stride1_shape({2, 3, 5, 6, 24}, 16, {3, 3, 3}, {1, 2, 4}, {1, 1, 1}, 1), true},
+      {stride1_shape({2, 2, 4, 5, 72}, 8, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true},
+      {stride1_shape({2, 6, 4, 6, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 3), true},
+      {stride1_shape({1, 4, 7, 8, 40}, 16, {3, 3, 3}, {0, 0, 0}, {2, 2, 2}, 1), true},
+      // Padding 1 along W (an unaligned first column), W = 30 (unaligned rows): not.
+      {padded_by_one, false},
+      {stride1_shape({2, 3, 5, 6, 30}, 16, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), false},
+  };
+  for (const Case& c : cases) {
+    INFO("W " << c.s.W << ", padding " << c.s.padding[2] << ", groups " << c.s.groups);
+    const conv::OnePassPlan plan = conv::plan_conv3d_group_norm_mean_onepass(
+        c.s, ScalarKind::kFloat, kH100, true, /*wgmma=*/true);
+    const conv::OnePassPlan mma_sync =
+        conv::plan_conv3d_group_norm_mean_onepass(c.s, ScalarKind::kFloat, kH100, true, false);
+    REQUIRE(plan.supported);
+    REQUIRE(plan.tensor_cores);
+    CHECK(plan.tma_footprint == c.tma);
+    CHECK_FALSE(mma_sync.tma_footprint);
+    CHECK(plan.TD == mma_sync.TD);
+    CHECK(plan.TH == mma_sync.TH);
+    CHECK(plan.TW == mma_sync.TW);
+    if (!c.tma) {
+      continue;
+    }
+    CHECK(plan.row_pitch % 4 == 0);
+    CHECK(plan.row_pitch >= plan.FW);
+    CHECK(plan.row_pitch <= 256);
+    CHECK(plan.plane_pitch == plan.FH * plan.row_pitch);
+    CHECK(plan.channel_pitch == plan.FD * plan.plane_pitch);
+    CHECK(plan.footprint == plan.c_in_g * plan.channel_pitch);
+    CHECK(plan.footprint_bytes % 128 == 0);
+    CHECK(plan.footprint_bytes >= static_cast<size_t>(plan.footprint) * 4);
+    CHECK(plan.row_table_offset == 0);
+    CHECK(plan.scratch_offset ==
+          plan.footprint_offset + conv::kOnePassTmaAlignSlack + 2 * plan.footprint_bytes);
+    CHECK(plan.smem_bytes ==
+          plan.scratch_offset +
+              static_cast<size_t>(conv::kOnePassTensorCoreScratchBytesPerChannel * plan.cb +
+                                  conv::kOnePassTensorCoreScratchBytes));
+  }
+}
+
 // The one-pass plans are memoized per argument set (PlanMemo, 8 entries): from any thread, in
 // any order, with more argument sets than entries (evictions), each call returns its own
 // arguments' plan.

@@ -712,6 +712,40 @@ def test_whole_row_loads_match_the_general_loads(shape):
     assert torch.equal(out, general)
 
 
+# Problems whose float32 forward on wgmma copies its footprints with the tensor memory
+# accelerator (OnePassPlan::tma_footprint; cpp_tests/test_conv_ops.cpp checks the plans): padding
+# along every dim (a multiple of 4 along W: the copies' first column stays 16-byte aligned), two
+# boxes along W, conv groups (the box's channels from the group's first), dilation, N = 1.
+TMA_CASES = {
+    "padded": ((2, 3, 5, 6, 24), 16, 3, 8, dict(padding=(1, 2, 4))),
+    "two_boxes_along_w": ((2, 2, 4, 5, 72), 8, 3, 4, {}),
+    "conv_groups": ((2, 6, 4, 6, 32), 24, 3, 8, dict(groups=3)),
+    "dilated_n1": ((1, 4, 7, 8, 40), 16, 3, 8, dict(dilation=2)),
+}  # fmt: skip
+
+
+@requires_cuda
+@pytest.mark.parametrize("name", list(TMA_CASES))
+def test_tensor_map_footprints_match_the_asynchronous_copies(name, monkeypatch):
+    """Where the float32 forward on wgmma copies each footprint with the tensor memory
+    accelerator (x 16-byte aligned), against float64; an input 4 bytes off alignment, and the
+    copies switched off (FUSED_OPS_ONEPASS_TMA=0), load the same footprint layout by
+    asynchronous copies: same bits."""
+    shape, c_out, k, groups, kw = TMA_CASES[name]
+    args = conv3d_args(shape, c_out, k, groups, **kw, device="cuda", requires_grad=False)
+    args[0] = torch.rand_like(args[0])
+    misaligned = torch.empty(args[0].numel() + 1, device="cuda")[1:].view_as(args[0])
+    misaligned.copy_(args[0])
+    path, out = _check(args, torch.float32)
+    assert path == "onepass"
+    with torch.no_grad():
+        copied = torch.ops.fused.conv3d_group_norm_mean(misaligned, *args[1:])
+        monkeypatch.setenv("FUSED_OPS_ONEPASS_TMA", "0")
+        switched_off = torch.ops.fused.conv3d_group_norm_mean(*args)
+    assert torch.equal(out, copied)
+    assert torch.equal(out, switched_off)
+
+
 @requires_cuda
 def test_many_tiles_per_block():
     """More tiles than resident blocks, over every digit of the tile index (boxes along each

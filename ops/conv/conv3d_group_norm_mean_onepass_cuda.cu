@@ -11,7 +11,10 @@
 //    of TD x TH x TW output positions) (conv_kernels.h: OnePassPlan). Per tile, the block
 //      * loads the box's input footprint (C_in/groups x FD x FH x FW, zero outside the input:
 //        the padding) into shared memory, rows along W so that warps read coalesced (float32:
-//        by asynchronous copies, every load of a warp in flight at once);
+//        by asynchronous copies, every load of a warp in flight at once; the tensor-core
+//        kernel on wgmma, where x's rows and the boxes' first columns are 16-byte aligned, by
+//        one tiled copy of the tensor memory accelerator per tile, issued by one thread and
+//        completing on an mbarrier: OnePassPlan::tma_footprint);
 //      * computes the convolution of the box in registers, an implicit GEMM of the box's
 //        positions (M) by the chunk's channels (N) over the K = C_in/groups * kD * kH * kW
 //        taps, each operand element read from the footprint at its tap's precomputed offset:
@@ -56,6 +59,7 @@
 #include "common/cuda/device_info.cuh"
 #include "common/cuda/launch_utils.cuh"
 #include "common/cuda/scalar_ops.cuh"
+#include "common/cuda/tensor_map_copies.cuh"
 #include "conv/conv_input_box.cuh"
 #include "conv/conv_kernels.h"
 #include "norm/group_norm_math.h"
@@ -88,6 +92,10 @@ struct KernelArgs {
   // [N * C_in][taps + 1]: x's sums (exact_sums_kernel), from which the finalize takes the
   // channels' exact means (conv bias excluded) instead of the tiles' (null: the tiles').
   const double* exact_sums;
+  // The tensor-core kernel on wgmma copies each footprint with x_map (plan.tma_footprint, x
+  // 16-byte aligned: make_footprint_map); else (false) by asynchronous copies.
+  bool tma_footprint = false;
+  CUtensorMap x_map{};
 };
 
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -622,7 +630,8 @@ __device__ __forceinline__ int warp_sum(int v) {
 // kWgmma: the products on wgmma (above; sm_90a images only, else the kernel traps: the host
 // launches it only where the device runs such an image), else on mma.sync.
 template <int NT, bool kWgmma>
-__global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, 2)
+    onepass_tensor_core_kernel(const __grid_constant__ KernelArgs a) {
 #if !defined(FUSED_OPS_ONEPASS_WGMMA)
   if constexpr (kWgmma) {
     asm volatile("trap;\n");  // (not __trap(): the code after it would warn as unreachable)
@@ -642,8 +651,14 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
   const uint32_t b_part_bytes = static_cast<uint32_t>((plan.k_pad + 31) / 32) * CB * 128u;
   int* koff_s = reinterpret_cast<int*>(smem + plan.koff_offset);  // [k_pad]
   // Two footprint buffers, and two of the warps' moments ([2][warps][CB]): see "Pipeline".
+  // (The tensor-map copies' buffers from the first 128-byte boundary on.)
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t footprints =
+      plan.tma_footprint
+          ? ((smem_base + static_cast<uint32_t>(plan.footprint_offset) + 127u) & ~127u) - smem_base
+          : static_cast<uint32_t>(plan.footprint_offset);
   const auto footprint_buffer = [&](int buffer) {
-    return reinterpret_cast<float*>(smem + plan.footprint_offset + buffer * plan.footprint_bytes);
+    return reinterpret_cast<float*>(smem + footprints + buffer * plan.footprint_bytes);
   };
   float4* warp_moments = reinterpret_cast<float4*>(smem + plan.scratch_offset);
 
@@ -738,7 +753,33 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
     fill_full_row_table(row_table, s, footprint_of(tile_at(0, plan, s, CB), plan, s));
   }
   const FullRowCopies row_copies(s);
+#if defined(FUSED_OPS_ONEPASS_WGMMA)
+  // The footprints' mbarriers (one per buffer, after the tile stride's digits; tensor-map
+  // copies only).
+  const uint32_t footprint_bars =
+      smem_base + static_cast<uint32_t>(plan.scratch_offset +
+                                        conv::kOnePassTensorCoreScratchBytesPerChannel * CB + 32);
+  const uint32_t footprint_box_bytes =
+      static_cast<uint32_t>(plan.footprint * static_cast<int64_t>(sizeof(float)));
+#endif
   const auto load_tile_footprint = [&](const Tile& t, int buffer) {
+#if defined(FUSED_OPS_ONEPASS_WGMMA)
+    if (a.tma_footprint) {
+      if (threadIdx.x == 0) {
+        // (After the barrier that ended the buffer's last reads: ordered before the copy
+        // engine's writes.)
+        fence_proxy_async_shared();
+        const uint32_t bar = footprint_bars + 8u * static_cast<uint32_t>(buffer);
+        mbarrier_arrive_expect_bytes(bar, footprint_box_bytes);
+        const InputBox box = footprint_of(t, plan, s);
+        tiled_copy_to_shared_5d(
+            smem_base + footprints + static_cast<uint32_t>(buffer * plan.footprint_bytes), &a.x_map,
+            box.iw0, box.ih0, box.id0, static_cast<int32_t>(t.g * plan.c_in_g),
+            static_cast<int32_t>(t.n), bar);
+      }
+      return;
+    }
+#endif
     const float* const sample = group_input<float>(a.p.x, t, plan, s);
     if (row_table != nullptr) {
       row_copies.load(sample, footprint_buffer(buffer), s, footprint_of(t, plan, s), row_table);
@@ -747,10 +788,11 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
     }
   };
 
-  // Pipeline: the footprint of a block's next tile loads (asynchronous copies) into the other
-  // buffer while the block computes this one, and one barrier per tile publishes it, the
-  // warps' moments and the end of the reads of this tile's buffer (so that the next copies
-  // may overwrite it). (Each footprint loaded after a barrier at its tile's start instead:
+  // Pipeline: the footprint of a block's next tile loads (asynchronous copies, or one
+  // tensor-map copy that the tile waits for on its buffer's mbarrier) into the other buffer
+  // while the block computes this one, and one barrier per tile publishes it, the warps'
+  // moments and the end of the reads of this tile's buffer (so that the next copies may
+  // overwrite it). (Each footprint loaded after a barrier at its tile's start instead:
   // 263 vs 255 us at the Conv3d headline, H100, 2026-11-26.) The weights stay from one tile to
   // the next of the same chunk.
   int64_t loaded_chunk = -1;  // whose weights b_s holds
@@ -758,12 +800,20 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
   // the warps' moments (kOnePassTensorCoreScratchBytes).
   TileDigits* const stride = reinterpret_cast<TileDigits*>(
       smem + plan.scratch_offset + conv::kOnePassTensorCoreScratchBytesPerChannel * CB);
-  static_assert(sizeof(TileDigits) <= conv::kOnePassTensorCoreScratchBytes, "the plan's bytes");
+  static_assert(sizeof(TileDigits) <= 32 && 32 + 2 * 8 <= conv::kOnePassTensorCoreScratchBytes,
+                "the plan's bytes: the stride's digits, then the footprints' two mbarriers");
   if (threadIdx.x == 0) {
     *stride = tile_digits(gridDim.x, plan, s);
   }
   TileDigits digits = tile_digits(blockIdx.x, plan, s);  // this round's tile
-  __syncthreads();                                       // koff_s, the row table and the stride
+#if defined(FUSED_OPS_ONEPASS_WGMMA)
+  if (a.tma_footprint && threadIdx.x == 0) {
+    mbarrier_init(footprint_bars, 1);
+    mbarrier_init(footprint_bars + 8u, 1);
+    fence_mbarrier_init();
+  }
+#endif
+  __syncthreads();  // koff_s, the row table, the stride and the mbarriers
   if (blockIdx.x < plan.tiles) {
     load_tile_footprint(tile_of(digits, plan, s, CB), 0);
   }
@@ -785,6 +835,12 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
     if (tile + gridDim.x < plan.tiles) {
       load_tile_footprint(tile_of(digits, plan, s, CB), buffer ^ 1);
     }
+#if defined(FUSED_OPS_ONEPASS_WGMMA)
+    if (a.tma_footprint) {  // this tile's footprint (the buffer's (round / 2)-th copy)
+      mbarrier_wait(footprint_bars + 8u * static_cast<uint32_t>(buffer),
+                    static_cast<uint32_t>(round >> 1) & 1u);
+    }
+#endif
 
     // Bit 2 * mt + h: row h of tile mt is an output position (those in the box, where the
     // box lies inside the output, as most do).
@@ -799,6 +855,9 @@ __global__ void __launch_bounds__(kThreads, 2) onepass_tensor_core_kernel(const 
         }
       }
     }
+    // (Zeroed, not overwritten by the first products with wgmma's scale-d 0: with the
+    // accumulators undefined before them, ptxas spilled 204 bytes instead of 36, H200 build of
+    // 2026-11-28, as a peeled first step did on 2026-11-26.)
     float acc[MT][NT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -1419,6 +1478,31 @@ cudaError_t launch_kernels(Kernel moments, const KernelArgs& args, cudaStream_t 
   return cudaGetLastError();
 }
 
+// x's tensor map for the tensor-core kernel's footprint copies (OnePassPlan::tma_footprint): 5-d
+// (W, H, D, C_in, N), innermost first; boxes (row_pitch, FH, FD, c_in_g, 1), unswizzled, zeros
+// outside x. False where x is not 16-byte aligned or the driver has no encoder (the kernel
+// then loads the same layout by asynchronous copies).
+bool make_footprint_map(const conv::Conv3dGroupNormMeanParams& p, const conv::OnePassPlan& plan,
+                        CUtensorMap* map) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr || reinterpret_cast<uintptr_t>(p.x) % 16 != 0) {
+    return false;
+  }
+  const conv::Conv3dShape& s = p.conv;
+  const cuuint64_t dims[5] = {static_cast<cuuint64_t>(s.W), static_cast<cuuint64_t>(s.H),
+                              static_cast<cuuint64_t>(s.D), static_cast<cuuint64_t>(s.C_in),
+                              static_cast<cuuint64_t>(s.N)};
+  const auto strides = dense_float_strides(dims);
+  const cuuint32_t box[5] = {static_cast<cuuint32_t>(plan.row_pitch),
+                             static_cast<cuuint32_t>(plan.FH), static_cast<cuuint32_t>(plan.FD),
+                             static_cast<cuuint32_t>(plan.c_in_g), 1};
+  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, const_cast<void*>(p.x), dims,
+                strides.data(), box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // The tensor-core kernel with NT n8 tiles, its products on wgmma or mma.sync.
 template <int NT>
 cudaError_t launch_tensor_core_kernel(const KernelArgs& args, bool wgmma, cudaStream_t stream) {
@@ -1436,10 +1520,14 @@ struct OnePassFamily {
   static cudaError_t launch(const conv::Conv3dGroupNormMeanParams& p, void* workspace,
                             cudaStream_t stream) {
     const conv::OnePassPlan plan = plan_for(p);
-    const KernelArgs args{
+    KernelArgs args{
         p, plan, static_cast<double2*>(workspace),
         full_input_rows(p.conv, plan.FW, plan.boxes_w, p.x),
         wants_exact_means(p, plan) ? carve_exact_means(p, plan, workspace).sums : nullptr};
+    // (FUSED_OPS_ONEPASS_TMA=0: the same layout by asynchronous copies, for comparisons.)
+    args.tma_footprint = plan.tma_footprint && onepass_wgmma_available() &&
+                         !env_switch_off("FUSED_OPS_ONEPASS_TMA") &&
+                         make_footprint_map(p, plan, &args.x_map);
     // (The exact means' kernels read float32: x's sums only for float32.)
     if (!args.plan.supported || (p.input_sums != nullptr && !std::is_same_v<T, float>)) {
       return cudaErrorInvalidValue;

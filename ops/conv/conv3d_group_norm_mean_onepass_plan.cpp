@@ -200,6 +200,12 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
           ? kOnePassTensorCoreScratchBytesPerChannel * plan.cb + kOnePassTensorCoreScratchBytes
           : kOnePassDirectScratchBytesPerChannel * plan.cb;
   plan.footprint_buffers = plan.tensor_cores ? 2 : 1;
+  // The tensor-map copies (OnePassPlan::tma_footprint): on wgmma, x's rows 16-byte multiples
+  // (the map's strides) and every box's first column a multiple of 4 (the copy engine faults on
+  // an innermost coordinate that is not 16-byte aligned:
+  // benchmarks/h200-2026-11-28-norm-grad-operand), box sides of at most 256.
+  const bool tma_kernel =
+      plan.tensor_cores && wgmma && s.W % 4 == 0 && s.padding[2] % 4 == 0 && plan.c_in_g <= 256;
   double best_cost = std::numeric_limits<double>::infinity();
   const int64_t tw_options[] = {std::min<int64_t>(s.Wo, 64), std::min<int64_t>(s.Wo, 32),
                                 std::min<int64_t>(s.Wo, 16), std::min<int64_t>(s.Wo, 8)};
@@ -209,7 +215,13 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
         const int64_t FD = (TD - 1) * s.stride[0] + (s.kD - 1) * s.dilation[0] + 1;
         const int64_t FH = (TH - 1) * s.stride[1] + (s.kH - 1) * s.dilation[1] + 1;
         const int64_t FW = (TW - 1) * s.stride[2] + (s.kW - 1) * s.dilation[2] + 1;
-        const FootprintPitches pitches = footprint_pitches(FD, FH, FW, plan.tensor_cores);
+        FootprintPitches pitches = footprint_pitches(FD, FH, FW, plan.tensor_cores);
+        const int64_t tma_row = footprint_pitches(FD, FH, ceil_div(FW, 4) * 4, true).row;
+        const bool tma = tma_kernel && (ceil_div(s.Wo, TW) == 1 || (TW * s.stride[2]) % 4 == 0) &&
+                         tma_row <= 256 && FH <= 256 && FD <= 256;
+        if (tma) {  // the box's layout: the padded row (16-byte multiple), dense above it
+          pitches = FootprintPitches{tma_row, FH * tma_row, FD * FH * tma_row};
+        }
         const int64_t footprint = plan.c_in_g * pitches.channel;
         // (Offsets into the footprint are 32-bit.)
         if (footprint >= (int64_t{1} << 30)) {
@@ -220,12 +232,13 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
         // The tensor-core kernel's table of the footprint's rows (whole rows only; the rows'
         // x offsets from the box's corner, ((ci * D + fd) * H + fh) * W, in 32 bits).
         const bool row_table =
-            plan.tensor_cores && whole_rows &&
+            plan.tensor_cores && whole_rows && !tma &&
             (((plan.c_in_g - 1) * s.D + FD - 1) * s.H + FH - 1) * s.W < (int64_t{1} << 31);
         const size_t row_table_bytes = row_table ? plan.c_in_g * FD * FH * sizeof(int) * 4 : 0;
-        const size_t smem = plan.footprint_offset +
-                            plan.footprint_buffers * round_up_16(footprint * acc_bytes) +
-                            scratch_bytes + row_table_bytes;
+        const size_t buffer_bytes =
+            tma ? (footprint * acc_bytes + 127) / 128 * 128 : round_up_16(footprint * acc_bytes);
+        const size_t smem = plan.footprint_offset + (tma ? kOnePassTmaAlignSlack : 0) +
+                            plan.footprint_buffers * buffer_bytes + scratch_bytes + row_table_bytes;
         if (smem > smem_limit) {
           continue;
         }
@@ -233,7 +246,7 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
         // Per box: the slots' multiply-adds, and the footprint's loads (a load ~ 8 of them;
         // where a float32 kernel loads whole input rows by 16-byte copies, a quarter of that;
         // at run time it also needs x 16-byte aligned).
-        const double load_cost = whole_rows ? 2.0 : 8.0;
+        const double load_cost = whole_rows ? 2.0 : 8.0;  // (not yet measured for tma)
         const double cost = static_cast<double>(boxes) *
                             (static_cast<double>(plan.capacity * plan.K * plan.cb) +
                              load_cost * static_cast<double>(plan.c_in_g * FD * FH * FW));
@@ -249,7 +262,8 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
           plan.plane_pitch = pitches.plane;
           plan.channel_pitch = pitches.channel;
           plan.footprint = footprint;
-          plan.footprint_bytes = round_up_16(footprint * acc_bytes);
+          plan.footprint_bytes = buffer_bytes;
+          plan.tma_footprint = tma;
           plan.row_table_offset = row_table ? smem - row_table_bytes : 0;
           plan.smem_bytes = smem;
         }
@@ -259,7 +273,8 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
   if (plan.TD == 0) {
     return plan;  // no box fits
   }
-  plan.scratch_offset = plan.footprint_offset + plan.footprint_buffers * plan.footprint_bytes;
+  plan.scratch_offset = plan.footprint_offset + (plan.tma_footprint ? kOnePassTmaAlignSlack : 0) +
+                        plan.footprint_buffers * plan.footprint_bytes;
   plan.boxes_d = ceil_div(s.Do, plan.TD);
   plan.boxes_h = ceil_div(s.Ho, plan.TH);
   plan.boxes_w = ceil_div(s.Wo, plan.TW);

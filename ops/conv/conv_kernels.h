@@ -74,6 +74,13 @@ FUSED_OPS_HOST_DEVICE Int input_sums_column(Int j, Int taps) {
 struct OnePassPlan {
   bool supported = false;
   bool tensor_cores = false;  // float32 on split-TF32 tensor cores, else the direct kernel
+  // The tensor-core kernel on wgmma loads each footprint by one tiled copy of the tensor memory
+  // accelerator (x's 5-d map (W, H, D, C_in, N), box (row_pitch, FH, FD, c_in_g, 1), zeros
+  // outside x): the footprint's layout is then that box, dense (row_pitch the padded row,
+  // plane_pitch = FH * row_pitch, channel_pitch = FD * plane_pitch), its buffers 128-byte aligned
+  // (the kernel aligns the first up, at most kOnePassTmaAlignSlack bytes on). Where x is not
+  // 16-byte aligned at run time, the kernel loads the same layout by asynchronous copies.
+  bool tma_footprint = false;
   int64_t c_in_g = 0, c_out_g = 0;
   int64_t K = 0;                   // reduction length: c_in_g * kD * kH * kW
   int64_t k_pad = 0;               // K rounded up to the tensor-core step (8), or K
@@ -143,11 +150,15 @@ constexpr int64_t kOnePassTensorCoreCapacity = 512;
 // Reduction scratch per channel of a block, in bytes: the direct kernel's per-warp sums, total
 // and tile mean (10 doubles); the tensor-core kernel's per-warp (sum of deviations, shift,
 // squares, count) float4s, two tiles' worth (its pipeline), after which it keeps the digits of
-// its tile stride (kOnePassTensorCoreScratchBytes; all of its shared memory is dynamic, so
-// that the plan counts every byte).
+// its tile stride and the mbarriers of its footprints' tensor-map copies
+// (kOnePassTensorCoreScratchBytes; all of its shared memory is dynamic, so that the plan counts
+// every byte).
 constexpr int64_t kOnePassDirectScratchBytesPerChannel = 10 * 8;
 constexpr int64_t kOnePassTensorCoreScratchBytesPerChannel = 2 * 8 * 16;
-constexpr int64_t kOnePassTensorCoreScratchBytes = 32;
+constexpr int64_t kOnePassTensorCoreScratchBytes = 48;
+// The bytes a tensor-core plan with tma_footprint reserves before its footprint buffers, so that
+// the kernel can align the first up to 128 bytes (dynamic shared memory starts 16-byte aligned).
+constexpr size_t kOnePassTmaAlignSlack = 112;
 
 // The plan for `s` in `dtype`, with at most `smem_limit` bytes of shared memory per block;
 // float32 takes the tensor-core kernel where `tensor_cores` (allowed, and compute capability
