@@ -391,7 +391,8 @@ at::Tensor input_grad_on_split_tf32_kernels(const char* op, const at::Tensor& dy
 // the TF32 backward's input and weight gradients (else cuDNN's, NDHWC), the split-TF32
 // backward's weight gradient (else CUTLASS's sm80 wgrad; its input gradient always runs on the
 // split-TF32 forward kernels, whichever split_tf32_conv_kernel names). One place for
-// transposed_split_tf32_backward, transposed_as_forward_backward and conv3d_backward_path.
+// transposed_split_tf32_backward, transposed_as_forward_backward and
+// transposed_conv3d_backward_path.
 struct TransposedBackwardConvs {
   bool input_grad_on_wgmma = false, weight_grad_on_wgmma = false;
 };
