@@ -712,8 +712,9 @@ def test_whole_row_loads_match_the_general_loads(shape):
     assert torch.equal(out, general)
 
 
-# Problems whose float32 forward on wgmma copies its footprints with the tensor memory
-# accelerator (OnePassPlan::tma_footprint; cpp_tests/test_conv_ops.cpp checks the plans): padding
+# (input shape, C_out, kernel, GroupNorm groups, other arguments) of problems whose float32
+# forward on wgmma copies its footprints with the tensor memory accelerator
+# (OnePassPlan::tma_footprint; cpp_tests/test_conv_ops.cpp checks the plans): padding
 # along every dim (a multiple of 4 along W: the copies' first column stays 16-byte aligned), two
 # boxes along W, conv groups (the box's channels from the group's first), dilation, N = 1.
 TMA_CASES = {
@@ -731,8 +732,8 @@ def test_tensor_map_footprints_match_the_asynchronous_copies(name, monkeypatch):
     accelerator (x 16-byte aligned), against float64; an input 4 bytes off alignment, and the
     copies switched off (FUSED_OPS_ONEPASS_TMA=0), load the same footprint layout by
     asynchronous copies: same bits."""
-    shape, c_out, k, groups, kw = TMA_CASES[name]
-    args = conv3d_args(shape, c_out, k, groups, **kw, device="cuda", requires_grad=False)
+    shape, c_out, k, num_groups, kw = TMA_CASES[name]
+    args = conv3d_args(shape, c_out, k, num_groups, **kw, device="cuda", requires_grad=False)
     args[0] = torch.rand_like(args[0])
     misaligned = torch.empty(args[0].numel() + 1, device="cuda")[1:].view_as(args[0])
     misaligned.copy_(args[0])
