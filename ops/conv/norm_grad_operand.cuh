@@ -16,6 +16,7 @@
 // -> 2.22): the conv operator runs it only where FUSED_OPS_NORM_GRAD_OPERAND=1.
 #pragma once
 
+#include "common/cuda/tensor_map_copies.cuh"  // tiled_copy_to_shared_3d
 #include "common/cuda/tf32_rounding.cuh"
 #include "conv/conv_kernels.h"
 #include "norm/group_norm_math.h"
@@ -44,19 +45,6 @@ struct NormGradRunStart {
 };
 __device__ __forceinline__ NormGradRunStart norm_grad_run_start(int32_t position) {
   return {position & ~3, position & 3};  // (two's complement: the floor for negative ones too)
-}
-
-// The tiled copy of the tensor memory accelerator into a 3-d map (tiled_copy_to_shared_5d's
-// companion): the box whose corner is at (c0, c1, c2), innermost first, into shared memory at
-// dst, zeros outside the tensor; completes on `bar`.
-__device__ __forceinline__ void tiled_copy_to_shared_3d(uint32_t dst, const CUtensorMap* map,
-                                                        int32_t c0, int32_t c1, int32_t c2,
-                                                        uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
 }
 
 // The operand at staged position `position` of 4 channels (rows channel .. channel + 3 of the

@@ -56,6 +56,19 @@ __device__ __forceinline__ void tiled_copy_to_shared_5d(uint32_t dst, const CUte
       : "memory");
 }
 
+// The tiled copy of the tensor memory accelerator into a 3-d map (tiled_copy_to_shared_5d's
+// companion): the box whose corner is at (c0, c1, c2), innermost first, into shared memory at
+// dst, zeros outside the tensor; completes on `bar`.
+__device__ __forceinline__ void tiled_copy_to_shared_3d(uint32_t dst, const CUtensorMap* map,
+                                                        int32_t c0, int32_t c1, int32_t c2,
+                                                        uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
 // The byte strides of dims 1 .. kRank - 1 of a dense float32 tensor of `dims` (innermost first),
 // as the driver's tensor-map encoders take them.
 template <int kRank>
