@@ -64,6 +64,12 @@ def cuda_marks():
     return [pytest.mark.cuda, pytest.mark.skipif(reason is not None, reason=reason or "")]
 
 
+def runs_wgmma() -> bool:
+    """Whether the current CUDA device runs the split-TF32 and TF32 convolutions on our Hopper
+    wgmma kernels (fused_ops.split_tf32_conv_kernel; sm_90 and a build with CUTLASS)."""
+    return fused_ops.split_tf32_conv_kernel() == "wgmma"
+
+
 def requires_cuda(fn):
     """Decorator of CUDA-only tests."""
     for mark in cuda_marks():

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import fused_ops
-from helpers import backward_kernel_names, conv_transpose_args, requires_cuda
+from helpers import backward_kernel_names, conv_transpose_args, requires_cuda, runs_wgmma
 
 OP = "conv_transpose3d_relu_group_norm"
 SWITCH = "FUSED_OPS_NORM_GRAD_OPERAND"
@@ -82,7 +82,7 @@ def test_answer_matches_the_profile(case, monkeypatch):
     torch.manual_seed(0)
     args = conv_transpose_args(shape, c_out, 3, groups, dtype=dtype, device="cuda", **kw)
     path = fused_ops.backward_path(OP, *args)
-    if expected is not None and fused_ops.split_tf32_conv_kernel() == "wgmma":
+    if expected is not None and runs_wgmma():
         assert path == expected
     dy, input_grad, weight_grad = _parse(path)
     names = backward_kernel_names(torch.ops.fused.conv_transpose3d_relu_group_norm(*args))
@@ -92,9 +92,7 @@ def test_answer_matches_the_profile(case, monkeypatch):
 
     assert ran(DY_NDHWC_PASS) == (dy in ("dy_ndhwc", "dy_ndhwc_tf32")), (path, names)
     assert ran(WEIGHT_GRAD_KERNEL) == (weight_grad in OUR_KERNELS), (path, names)
-    if input_grad in OUR_KERNELS or (
-        input_grad == "split_tf32" and fused_ops.split_tf32_conv_kernel() == "wgmma"
-    ):
+    if input_grad in OUR_KERNELS or (input_grad == "split_tf32" and runs_wgmma()):
         assert ran(*INPUT_GRAD_KERNELS), (path, names)
     elif input_grad in ("aten", "cudnn_ndhwc"):
         assert not ran(*INPUT_GRAD_KERNELS), (path, names)

@@ -18,13 +18,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-import fused_ops
 from helpers import (
     backward_kernel_names,
     check_against_reference,
     check_conv_transpose_tf32_gradients,
     conv_transpose_args,
     cuda_marks,
+    runs_wgmma,
 )
 
 pytestmark = cuda_marks()
@@ -58,12 +58,8 @@ def norm_grad_operand(monkeypatch):
     monkeypatch.setenv(SWITCH, "1")  # (read per call)
 
 
-def _runs_wgmma():
-    return fused_ops.split_tf32_conv_kernel() == "wgmma"
-
-
 def _assert_ran_from_norm(names):
-    if not _runs_wgmma():
+    if not runs_wgmma():
         return
     assert any(PLANE_KERNEL in n for n in names), names
     assert any(WGRAD_KERNEL in n for n in names), names
@@ -133,7 +129,7 @@ def test_gradients_are_deterministic(tf32, monkeypatch):
 def test_switch_and_peak_memory(tf32, monkeypatch):
     """By default (and with FUSED_OPS_NORM_GRAD_OPERAND=0) the elementwise pass runs (dy
     written); with "1" none does, and the backward's peak memory is lower by about dy's size."""
-    if not _runs_wgmma():
+    if not runs_wgmma():
         pytest.skip("the wgmma kernels run on sm_90 devices (and builds with CUTLASS)")
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
     torch.manual_seed(5)

@@ -18,13 +18,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-import fused_ops
 from helpers import (
     backward_kernel_names,
     check_against_reference,
     check_conv_transpose_tf32_gradients,
     conv_transpose_args,
     cuda_marks,
+    runs_wgmma,
 )
 
 pytestmark = cuda_marks()
@@ -57,10 +57,6 @@ def plane_kernel(monkeypatch):
     monkeypatch.setenv("FUSED_OPS_NORM_GRAD_OPERAND", "0")
 
 
-def _runs_wgmma():
-    return fused_ops.split_tf32_conv_kernel() == "wgmma"
-
-
 @pytest.mark.parametrize("case", list(SPLIT_CASES))
 def test_split_gradients_vs_float64(case, monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
@@ -68,7 +64,7 @@ def test_split_gradients_vs_float64(case, monkeypatch):
     torch.manual_seed(sum(map(ord, case)))
     args = conv_transpose_args(shape, c_out, k, groups, device="cuda", **kw)
     check_against_reference("conv_transpose3d_relu_group_norm", args)
-    if _runs_wgmma():
+    if runs_wgmma():
         out = torch.ops.fused.conv_transpose3d_relu_group_norm(*args)
         assert any(PLANE_KERNEL in n for n in backward_kernel_names(out))
 
@@ -80,7 +76,7 @@ def test_tf32_gradients_vs_float64(case, monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
     torch.manual_seed(sum(map(ord, case)))
     fused, x = check_conv_transpose_tf32_gradients(*TF32_CASES[case])
-    if _runs_wgmma():
+    if runs_wgmma():
         out = fused(x.clone().requires_grad_())
         assert any(PLANE_KERNEL in n for n in backward_kernel_names(out))
 
@@ -104,7 +100,7 @@ def test_input_gradient_is_deterministic(tf32, monkeypatch):
 def test_switch(setting, tf32, monkeypatch):
     """By default the plane kernel runs with TF32 products only; FUSED_OPS_PLANE_CONV=0 keeps
     the im2col kernel in both modes."""
-    if not _runs_wgmma():
+    if not runs_wgmma():
         pytest.skip("the wgmma kernels run on sm_90 devices (and builds with CUTLASS)")
     if setting is None:
         monkeypatch.delenv("FUSED_OPS_PLANE_CONV")

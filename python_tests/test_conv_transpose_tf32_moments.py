@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import fused_ops
-from helpers import conv_transpose_args, cuda_marks
+from helpers import conv_transpose_args, cuda_marks, runs_wgmma
 
 pytestmark = cuda_marks()
 
@@ -33,10 +33,6 @@ def tf32_allowed_and_opted_in(monkeypatch):
     torch.backends.cudnn.allow_tf32 = True
     yield
     torch.backends.cudnn.allow_tf32 = saved
-
-
-def _wgmma() -> bool:
-    return fused_ops.split_tf32_conv_kernel() == "wgmma"
 
 
 # (input shape, C_out, GroupNorm groups): 3x3x3, stride 1, no padding (eager's TF32 family).
@@ -91,7 +87,7 @@ def test_inference_forward_vs_float64(case):
     args = _args(case)
     with torch.no_grad():
         assert fused_ops.dispatch_path("conv_transpose3d_relu_group_norm", *args) == (
-            TF32_MOMENTS if _wgmma() else TF32_CUDNN
+            TF32_MOMENTS if runs_wgmma() else TF32_CUDNN
         )
         out = torch.ops.fused.conv_transpose3d_relu_group_norm(*args)
         again = torch.ops.fused.conv_transpose3d_relu_group_norm(*args)
@@ -114,7 +110,7 @@ def test_cudnn_by_default_on_small_shapes(monkeypatch):
 def test_wgmma_by_default_at_the_headline(monkeypatch):
     """The headline shape (16, 64, 32^3) -> 128 channels: long enough a convolution that the
     pipelined forward runs without being forced (and "0" forces cuDNN's)."""
-    if not _wgmma():
+    if not runs_wgmma():
         pytest.skip("the wgmma kernels run on Hopper only")
     args = conv_transpose_args((16, 64, 32, 32, 32), 128, 3, 8, device="cuda", requires_grad=False)
     monkeypatch.delenv("FUSED_OPS_TF32_WGMMA")
