@@ -692,13 +692,21 @@ TEST_CASE("one-pass plans copy footprints with tensor maps on wgmma", "[conv][cp
     CHECK(plan.footprint == plan.c_in_g * plan.channel_pitch);
     CHECK(plan.footprint_bytes % 128 == 0);
     CHECK(plan.footprint_bytes >= static_cast<size_t>(plan.footprint) * 4);
-    CHECK(plan.row_table_offset == 0);
     CHECK(plan.scratch_offset ==
           plan.footprint_offset + conv::kOnePassTmaAlignSlack + 2 * plan.footprint_bytes);
+    // (Where boxes are whole input rows, the row table stays, for the asynchronous copies where
+    // the tensor map is not used.)
+    const size_t scratch_end =
+        plan.scratch_offset +
+        static_cast<size_t>(conv::kOnePassTensorCoreScratchBytesPerChannel * plan.cb +
+                            conv::kOnePassTensorCoreScratchBytes);
+    CHECK((plan.row_table_offset == 0 || plan.row_table_offset == scratch_end));
     CHECK(plan.smem_bytes ==
-          plan.scratch_offset +
-              static_cast<size_t>(conv::kOnePassTensorCoreScratchBytesPerChannel * plan.cb +
-                                  conv::kOnePassTensorCoreScratchBytes));
+          scratch_end + (plan.row_table_offset != 0
+                             ? static_cast<size_t>(plan.c_in_g * plan.FD * plan.FH) * 16
+                             : 0));
+    CHECK((plan.row_table_offset != 0) ==
+          conv::boxes_are_whole_input_rows(c.s, plan.FW, plan.boxes_w));
   }
 }
 

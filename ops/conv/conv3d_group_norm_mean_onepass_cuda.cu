@@ -745,8 +745,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
   };
-  // Whole input rows through the row table where the plan has one (conv_input_box.cuh).
-  int4* const row_table = a.full_rows && plan.row_table_offset != 0
+  // Whole input rows through the row table where the plan has one and the copies are
+  // asynchronous (conv_input_box.cuh).
+  int4* const row_table = a.full_rows && !a.tma_footprint && plan.row_table_offset != 0
                               ? reinterpret_cast<int4*>(smem + plan.row_table_offset)
                               : nullptr;
   if (row_table != nullptr) {

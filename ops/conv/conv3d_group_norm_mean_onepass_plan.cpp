@@ -230,9 +230,10 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
         const bool whole_rows =
             dtype == ScalarKind::kFloat && boxes_are_whole_input_rows(s, FW, ceil_div(s.Wo, TW));
         // The tensor-core kernel's table of the footprint's rows (whole rows only; the rows'
-        // x offsets from the box's corner, ((ci * D + fd) * H + fh) * W, in 32 bits).
+        // x offsets from the box's corner, ((ci * D + fd) * H + fh) * W, in 32 bits). Tensor-map
+        // plans keep it for the asynchronous copies where the map is not used.
         const bool row_table =
-            plan.tensor_cores && whole_rows && !tma &&
+            plan.tensor_cores && whole_rows &&
             (((plan.c_in_g - 1) * s.D + FD - 1) * s.H + FH - 1) * s.W < (int64_t{1} << 31);
         const size_t row_table_bytes = row_table ? plan.c_in_g * FD * FH * sizeof(int) * 4 : 0;
         const size_t buffer_bytes =

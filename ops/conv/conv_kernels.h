@@ -99,7 +99,8 @@ struct OnePassPlan {
   int footprint_buffers = 1;
   // The tensor-core kernel's table of footprint rows where its boxes are whole input rows
   // (conv_input_box.cuh: fill_full_row_table): c_in_g * FD * FH int4s at row_table_offset
-  // (0: none).
+  // (0: none). Tensor-map plans keep it for the asynchronous copies that run where the map
+  // is not used.
   size_t row_table_offset = 0;
   int64_t boxes_d = 0, boxes_h = 0, boxes_w = 0, boxes = 0;  // boxes per sample
   int64_t tiles = 0;  // blocks' work items: N * groups * chunks * boxes
