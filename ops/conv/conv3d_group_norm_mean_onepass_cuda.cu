@@ -536,11 +536,16 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[3][4], const uint32_t (&a)
 
 // A warp's moments of each channel the thread holds (channels nt * 8 + 2 * quad + e of its
 // rows (group, group + 8) of each m16 tile, acc[mt][nt][2 * h + e]) over the warp's valid rows
-// (`valid` bit 2 * mt + h; `count` of them in the warp), in two passes: the sum gives
-// shift = sum / count, then (sum of (y - shift), shift, sum of (y - shift)^2, count), the same
-// in every lane holding the channel. (The deviations' sum, not sum - count * shift: the float
-// sum's rounding is relative to |mean|, and the latter would carry it into M2, ~1e-5 of it
-// where |mean| = 1000 std.) kAllValid: every row is valid (no masks).
+// (`valid` bit 2 * mt + h; `count` of them in the warp), in two passes: a shift near the
+// channel's values, then (sum of (y - shift), shift, sum of (y - shift)^2, count), the same in
+// every lane holding the channel. The shift: the valid rows' mean (their sum over the thread's
+// rows, then over the 8 lanes), or, where every row is valid (kAllValid, no masks), the mean
+// of one lane's 8 rows (one shuffle instead of three butterfly levels; tile_channel_moments
+// takes M2 about the tile's mean in double from any shift). (The deviations' sum, not sum -
+// count * shift: the float sum's rounding is relative to |mean|, and the latter would carry it
+// into M2, ~1e-5 of it where |mean| = 1000 std.) (The shift as row 0's value alone, no sum:
+// ptxas then serialized the products for want of registers, C7511: 173.5 -> 206-212 us at the
+// Conv3d headline, H200, 2026-11-29.)
 template <int MT, int NT, bool kAllValid>
 __device__ __forceinline__ void warp_channel_moments(const float (&acc)[MT][NT][4], unsigned valid,
                                                      int count, float4 (&moments)[NT][2]) {
@@ -566,7 +571,10 @@ __device__ __forceinline__ void warp_channel_moments(const float (&acc)[MT][NT][
           sum += row_valid(mt, h) ? acc[mt][nt][2 * h + e] : 0.0f;
         }
       }
-      const float shift = sum_over_rows(sum) * inv_count;
+      // (All valid: the mean of lane quad's 8 rows, those of group 0.)
+      const float shift =
+          kAllValid ? __shfl_sync(0xffffffffu, sum * 0.125f, static_cast<int>(threadIdx.x) & 3)
+                    : sum_over_rows(sum) * inv_count;
       float deviations = 0.0f, squares = 0.0f;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -947,15 +955,15 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
 
-    // Per-channel moments of the box's valid positions, two passes within each warp (no block
-    // barrier between them): the warp's sums, then its squared deviations from the warp's mean,
-    // in float (the thread's 8 rows, then butterflies over the 8 lanes holding a channel: lane
-    // bits 2-4); after the barrier, one warp combines the 8 warps' moments in double, in warp
-    // order (tile_channel_moments). This thread holds channels nt * 8 + 2 * quad + e of rows
+    // Per-channel moments of the box's valid positions within each warp (no block barrier):
+    // its deviations and squared deviations from a shift near its mean, in float (the
+    // thread's 8 rows, then butterflies over the 8 lanes holding a channel: lane bits 2-4);
+    // after the barrier, one warp combines the 8 warps' moments in double, in warp order
+    // (tile_channel_moments). This thread holds channels nt * 8 + 2 * quad + e of rows
     // (group, group + 8) of each tile. (Block-wide passes in double before, 4 barriers a tile:
     // 142M -> 115M warp instructions with the byte addresses above, 298-311 -> 288 us at the
     // Conv3d headline, H100, 2026-11-26.) A warp whose 64 rows are all output positions skips
-    // the masks.
+    // the masks, and its shift is one lane's mean (warp_channel_moments).
     const int warp_count = warp_sum(quad == 0 ? __popc(valid) : 0);
     float4 moments[NT][2];  // (deviations, shift, squares, count): warp_channel_moments
     if (warp_count == MT * 16) {
