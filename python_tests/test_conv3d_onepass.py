@@ -837,8 +837,9 @@ def test_inputs_far_from_zero_as_accurate_as_eager():
     """x = 50 + rand: each channel's conv output has a mean ~100x its spread, where moments
     taken carelessly cancel. The output's error against float64 stays within 2x that of
     eager's float32 convolution and GroupNorm (TF32 off): the numerics contract in that
-    regime. (The tiles' M2 comes from deviations summed around each warp's mean, not from
-    sum - count * mean, whose rounding grows with the mean.)"""
+    regime. (The tiles' M2 comes from deviations summed around a shift near each warp's mean,
+    its mean or one lane's, not from sum - count * mean, whose rounding grows with the
+    mean.)"""
     args = conv3d_args((4, 3, 12, 14, 32), 24, 3, 8, device="cuda", requires_grad=False)
     args[0] = 50.0 + torch.rand_like(args[0])
     ref, _ = reference(OP, args)
