@@ -305,8 +305,19 @@ TEST_CASE("one-pass conv3d_group_norm_mean plans at the headline", "[conv][cpu][
   const conv::OnePassPlan headline_wgmma =
       conv::plan_conv3d_group_norm_mean_onepass(s, ScalarKind::kFloat, kTwoBlocks, true, true);
   CHECK(headline_wgmma.smem_bytes <= kTwoBlocks);
-  CHECK(headline_wgmma.TD == headline.TD);
-  CHECK(headline_wgmma.TH == headline.TH);
+  // Its tiles: 384 position slots on wgmma (3 m16 tiles a warp), 512 on mma.sync (4); at the
+  // headline, boxes of 2 x 6 x 30 and 2 x 8 x 30 outputs, whole output rows.
+  CHECK(headline_wgmma.capacity == conv::kOnePassWgmmaCapacity);
+  CHECK(headline.capacity == conv::kOnePassTensorCoreCapacity);
+  CHECK(headline_wgmma.TD * headline_wgmma.TH * headline_wgmma.TW <= headline_wgmma.capacity);
+  CHECK(headline.TD * headline.TH * headline.TW <= headline.capacity);
+  CHECK(headline_wgmma.TD == 2);
+  CHECK(headline_wgmma.TH == 6);
+  CHECK(headline_wgmma.TW == 30);
+  CHECK(headline_wgmma.tiles == 128 * 11 * 5);
+  CHECK(headline.TD == 2);
+  CHECK(headline.TH == 8);
+  CHECK(headline.TW == 30);
   for (const int64_t c_in : {1, 2, 3, 4}) {
     for (const int64_t k : {1, 2, 3, 4}) {
       for (const int64_t c_out : {8, 16, 24, 40}) {
@@ -646,8 +657,9 @@ TEST_CASE("one-pass plans fall back to the direct kernel where tensor-core footp
 // On wgmma the tensor-core forward copies its footprints with the tensor memory accelerator
 // (OnePassPlan::tma_footprint) where x's rows and every box's first column are 16-byte aligned:
 // the box's layout (the padded row, a multiple of 4 floats, dense above it), the buffers 128-byte
-// multiples after kOnePassTmaAlignSlack bytes of slack, the same boxes as without it;
-// python_tests/test_conv3d_onepass.py's TMA_CASES run these problems.
+// multiples after kOnePassTmaAlignSlack bytes of slack, boxes of at most 384 positions (3 m16
+// tiles a warp; 512 on mma.sync, which never uses the map); python_tests/test_conv3d_onepass.py's
+// TMA_CASES run these problems.
 TEST_CASE("one-pass plans copy footprints with tensor maps on wgmma", "[conv][cpu][onepass]") {
   using fused_ops::ScalarKind;
   namespace conv = fused_ops::conv;
@@ -678,9 +690,9 @@ TEST_CASE("one-pass plans copy footprints with tensor maps on wgmma", "[conv][cp
     REQUIRE(plan.tensor_cores);
     CHECK(plan.tma_footprint == c.tma);
     CHECK_FALSE(mma_sync.tma_footprint);
-    CHECK(plan.TD == mma_sync.TD);
-    CHECK(plan.TH == mma_sync.TH);
-    CHECK(plan.TW == mma_sync.TW);
+    CHECK(plan.capacity == conv::kOnePassWgmmaCapacity);
+    CHECK(mma_sync.capacity == conv::kOnePassTensorCoreCapacity);
+    CHECK(plan.TD * plan.TH * plan.TW <= plan.capacity);
     if (!c.tma) {
       continue;
     }

@@ -21,11 +21,13 @@
 //          - float32 (tensor_cores): split TF32 ("3xTF32": each operand is a high TF32 part
 //            plus a TF32 remainder, and a * b = a_hi b_hi + a_hi b_lo + a_lo b_hi, the
 //            dropped a_lo b_lo being ~2^-22 of it), float32 accumulation: float32-grade
-//            products at tensor-core speed. Each warp owns 4 m16 tiles (64 positions) and all
-//            cb channels; 512 positions a tile. The products: on Hopper (the file's sm_90a
-//            image) one wgmma.m64nCBk8 per warpgroup, m16 row and term, the weights in shared
-//            memory as its B tiles; elsewhere mma.sync m16n8k8 per warp, n8 tile and term,
-//            the weights already in fragment order (one 16-byte load per n8 tile and k step).
+//            products at tensor-core speed. Each warp owns 3 m16 tiles (48 positions; 4 with
+//            mma.sync) and all cb channels; 384 positions a tile (512 with mma.sync). The
+//            products: on Hopper (the file's sm_90a image) one wgmma.m64nCBk8 per
+//            warpgroup, m16 row and term, the weights in shared memory as its B tiles, the
+//            next k step's values loading while a step's last two terms run; elsewhere
+//            mma.sync m16n8k8 per warp, n8 tile and term, the weights already in fragment
+//            order (one 16-byte load per n8 tile and k step).
 //            The next tile's footprint loads into a second buffer meanwhile (whole input rows
 //            through a table of the rows' offsets, set up once), laid out with padded
 //            pitches against bank conflicts (conv::footprint_pitches);
@@ -79,9 +81,13 @@ constexpr int kPositionThreads = kThreads / kChannelGroups;
 constexpr int kPositionsPerThread = 8;
 static_assert(kPositionThreads * kPositionsPerThread == conv::kOnePassDirectCapacity,
               "the plan's capacity is the direct kernel's position slots");
-// The tensor-core kernel's warps: 4 m16 tiles each.
+// The tensor-core kernel's warps: 4 m16 tiles each with mma.sync products, 3 with wgmma ones
+// (conv3d_group_norm_mean_onepass_plan.cpp says why).
 constexpr int kMmaTilesPerWarp = 4;
+constexpr int kWgmmaTilesPerWarp = 3;
 static_assert(kWarpsPerBlock * kMmaTilesPerWarp * 16 == conv::kOnePassTensorCoreCapacity,
+              "the plan's capacity is the tensor-core kernel's position slots");
+static_assert(kWarpsPerBlock * kWgmmaTilesPerWarp * 16 == conv::kOnePassWgmmaCapacity,
               "the plan's capacity is the tensor-core kernel's position slots");
 
 struct KernelArgs {
@@ -488,11 +494,13 @@ __device__ __forceinline__ void wgmma_fence() {
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+// Waits until at most `kPending` of the warpgroup's committed groups of products are running.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 // Keeps the compiler from moving accesses of the accumulators across the asynchronous
-// products (they are written until wgmma_wait_all returns).
+// products (they are written until wgmma_wait<0> returns).
 template <int NT>
 __device__ __forceinline__ void fence_accumulators(float (&d)[NT][4]) {
 #pragma unroll
@@ -540,7 +548,7 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[3][4], const uint32_t (&a)
 // channel's values, then (sum of (y - shift), shift, sum of (y - shift)^2, count), the same in
 // every lane holding the channel. The shift: the valid rows' mean (their sum over the thread's
 // rows, then over the 8 lanes), or, where every row is valid (kAllValid, no masks), the mean
-// of one lane's 8 rows (one shuffle instead of three butterfly levels; tile_channel_moments
+// of one lane's 2 * MT rows (one shuffle instead of three butterfly levels; tile_channel_moments
 // takes M2 about the tile's mean in double from any shift). (The deviations' sum, not sum -
 // count * shift: the float sum's rounding is relative to |mean|, and the latter would carry it
 // into M2, ~1e-5 of it where |mean| = 1000 std.) (The shift as row 0's value alone, no sum:
@@ -571,9 +579,9 @@ __device__ __forceinline__ void warp_channel_moments(const float (&acc)[MT][NT][
           sum += row_valid(mt, h) ? acc[mt][nt][2 * h + e] : 0.0f;
         }
       }
-      // (All valid: the mean of lane quad's 8 rows, those of group 0.)
+      // (All valid: the mean of lane quad's 2 * MT rows, those of group 0.)
       const float shift =
-          kAllValid ? __shfl_sync(0xffffffffu, sum * 0.125f, static_cast<int>(threadIdx.x) & 3)
+          kAllValid ? __shfl_sync(0xffffffffu, sum * (0.5f / MT), static_cast<int>(threadIdx.x) & 3)
                     : sum_over_rows(sum) * inv_count;
       float deviations = 0.0f, squares = 0.0f;
 #pragma unroll
@@ -646,7 +654,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 #endif
   constexpr int CB = 8 * NT;
-  constexpr int MT = kMmaTilesPerWarp;
+  constexpr int MT = kWgmma ? kWgmmaTilesPerWarp : kMmaTilesPerWarp;
   const conv::Conv3dShape& s = a.p.conv;
   const conv::OnePassPlan& plan = a.plan;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -704,17 +712,24 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   // This thread's taps of each k step: koff_quad[8 * ks] and koff_quad[8 * ks + 4].
   const int* const koff_quad = koff_s + quad;
-  // This thread's A fragment of m16 tile mt for the k step whose taps lie off0 and off1 bytes
+  // This thread's A values of m16 tile mt for the k step whose taps lie off0 and off1 bytes
   // from a row's first tap in footprint x_tile (rows group and group + 8, fragment layout
-  // above), split: the same for the wgmma and the mma.sync products.
-  const auto a_fragment = [&](const unsigned char* x_tile, int mt, int off0, int off1,
-                              uint32_t (&high)[4], uint32_t (&low)[4]) {
+  // above), and the same split: the fragment of the wgmma and the mma.sync products.
+  const auto fragment_values = [&](const unsigned char* x_tile, int mt, int off0, int off1,
+                                   float (&values)[4]) {
     const unsigned char* const row0 = x_tile + row_first_tap[mt][0];
     const unsigned char* const row8 = x_tile + row_first_tap[mt][1];
-    split_tf32(*reinterpret_cast<const float*>(row0 + off0), high[0], low[0]);
-    split_tf32(*reinterpret_cast<const float*>(row8 + off0), high[1], low[1]);
-    split_tf32(*reinterpret_cast<const float*>(row0 + off1), high[2], low[2]);
-    split_tf32(*reinterpret_cast<const float*>(row8 + off1), high[3], low[3]);
+    values[0] = *reinterpret_cast<const float*>(row0 + off0);
+    values[1] = *reinterpret_cast<const float*>(row8 + off0);
+    values[2] = *reinterpret_cast<const float*>(row0 + off1);
+    values[3] = *reinterpret_cast<const float*>(row8 + off1);
+  };
+  const auto split_fragment = [](const float (&values)[4], uint32_t (&high)[4],
+                                 uint32_t (&low)[4]) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      split_tf32(values[e], high[e], low[e]);
+    }
   };
   // The chunk's weights, split, in the products' layout.
   const auto load_weights = [&](const Tile& t) {
@@ -883,22 +898,30 @@ __global__ void __launch_bounds__(kThreads, 2)
     if constexpr (kWgmma) {
 #if defined(FUSED_OPS_ONEPASS_WGMMA)
       // One k step at a time: this thread's A values of each m16 tile, split; then the
-      // warpgroup's 3 * MT products (the small terms first), waited for before the registers
-      // are reused. Unrolled by 2: the loop's and the addresses' arithmetic, ~25 of 103
-      // instructions a step, down to ~16 of 94. (Two halves of the tiles, one's products in
-      // flight while the other's values load, took 192-200 us at the Conv3d headline instead
-      // of 189: more spills.)
+      // warpgroup's 3 * MT products (the small terms first), committed as three groups, one
+      // per term. Once the first group (the low parts' products) is done, its registers take
+      // the next step's values, which load while the other two terms run; then the products
+      // are waited for. Unrolled by 2: the loop's and the addresses' arithmetic, ~25 of 103
+      // instructions a step, down to ~16 of 94. (At the Conv3d headline, H200, 2026-11-29: 170.2
+      // us with 3 m16 tiles a warp, 173.1 with 4; with each step's values loaded after all
+      // its products were done, 174.1 and 175.0. Two halves of the tiles, one's products in flight
+      // while the other's values load: 192-200 us instead of 189 on 2026-11-26, more spills.
+      // Two k steps in flight, each in its own registers, wgmma.wait_group 1: ptxas
+      // serializes the products for want of registers, C7512, at cb = 16 and 24.)
       // B of k step ks: 32-tap block ks / 4, 32 bytes (2 descriptor units) a step within it.
       uint64_t b_high = k_major_swizzled_descriptor(b_tiles);
       const uint64_t b_low_minus_high = b_part_bytes >> 4;
+      float values[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        fragment_values(x_tile, mt, koff_quad[0], koff_quad[4], values[mt]);
+      }
 #pragma unroll 2
       for (int ks = 0; ks < k_steps; ++ks) {
-        const int off0 = koff_quad[ks * 8];
-        const int off1 = koff_quad[ks * 8 + 4];
         uint32_t a_high[MT][4], a_low[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          a_fragment(x_tile, mt, off0, off1, a_high[mt], a_low[mt]);
+          split_fragment(values[mt], a_high[mt], a_low[mt]);
         }
         const uint64_t b_low = b_high + b_low_minus_high;
 #pragma unroll
@@ -911,10 +934,12 @@ __global__ void __launch_bounds__(kThreads, 2)
         for (int mt = 0; mt < MT; ++mt) {
           wgmma_tf32(acc[mt], a_low[mt], b_high);
         }
+        wgmma_commit();
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           wgmma_tf32(acc[mt], a_high[mt], b_low);
         }
+        wgmma_commit();
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           wgmma_tf32(acc[mt], a_high[mt], b_high);
@@ -923,7 +948,17 @@ __global__ void __launch_bounds__(kThreads, 2)
         // (The next step's B, while the products run: the next 32 bytes of the block's rows,
         // or the next block, CB * 128 bytes after this one's start.)
         b_high += (ks & 3) == 3 ? static_cast<uint64_t>(CB * 8 - 6) : uint64_t{2};
-        wgmma_wait_all();
+        // The next step's tap offsets before the wait; the last step loads its own values
+        // again (no branch in the unrolled loop).
+        const int* const next_offsets = koff_quad + 8 * (ks + 1 < k_steps ? ks + 1 : ks);
+        const int next_off0 = next_offsets[0];
+        const int next_off1 = next_offsets[4];
+        wgmma_wait<2>();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          fragment_values(x_tile, mt, next_off0, next_off1, values[mt]);
+        }
+        wgmma_wait<0>();
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           fence_accumulators(acc[mt]);
@@ -942,8 +977,10 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
+          float values[4];
           uint32_t a_high[4], a_low[4];
-          a_fragment(x_tile, mt, off0, off1, a_high, a_low);
+          fragment_values(x_tile, mt, off0, off1, values);
+          split_fragment(values, a_high, a_low);
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             // The small terms first.
@@ -957,7 +994,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     // Per-channel moments of the box's valid positions within each warp (no block barrier):
     // its deviations and squared deviations from a shift near its mean, in float (the
-    // thread's 8 rows, then butterflies over the 8 lanes holding a channel: lane bits 2-4);
+    // thread's 2 * MT rows, then butterflies over the 8 lanes holding a channel: lane bits 2-4);
     // after the barrier, one warp combines the 8 warps' moments in double, in warp order
     // (tile_channel_moments). This thread holds channels nt * 8 + 2 * quad + e of rows
     // (group, group + 8) of each tile. (Block-wide passes in double before, 4 barriers a tile:

@@ -145,9 +145,11 @@ FUSED_OPS_HOST_DEVICE bool boxes_are_whole_input_rows(const Conv3dShape& s, int6
 constexpr int64_t kOnePassMaxReduction = 512;
 constexpr int64_t kOnePassTensorCoreMaxReduction = 128;
 // Output positions per block and tile: the direct kernel's (128 position threads, 8
-// positions each) and the tensor-core kernel's (8 warps, 4 m16 tiles each).
+// positions each) and the tensor-core kernel's (8 warps of m16 tiles: 4 each with mma.sync
+// products, 3 with wgmma ones).
 constexpr int64_t kOnePassDirectCapacity = 1024;
 constexpr int64_t kOnePassTensorCoreCapacity = 512;
+constexpr int64_t kOnePassWgmmaCapacity = 384;
 // Reduction scratch per channel of a block, in bytes: the direct kernel's per-warp sums, total
 // and tile mean (10 doubles); the tensor-core kernel's per-warp (sum of deviations, shift,
 // squares, count) float4s, two tiles' worth (its pipeline), after which it keeps the digits of
