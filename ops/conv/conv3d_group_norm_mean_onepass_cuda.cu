@@ -999,7 +999,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     // (tile_channel_moments). This thread holds channels nt * 8 + 2 * quad + e of rows
     // (group, group + 8) of each tile. (Block-wide passes in double before, 4 barriers a tile:
     // 142M -> 115M warp instructions with the byte addresses above, 298-311 -> 288 us at the
-    // Conv3d headline, H100, 2026-11-26.) A warp whose 64 rows are all output positions skips
+    // Conv3d headline, H100, 2026-11-26.) A warp whose 16 * MT rows are all output positions skips
     // the masks, and its shift is one lane's mean (warp_channel_moments).
     const int warp_count = warp_sum(quad == 0 ? __popc(valid) : 0);
     float4 moments[NT][2];  // (deviations, shift, squares, count): warp_channel_moments
@@ -1552,6 +1552,12 @@ bool make_footprint_map(const conv::Conv3dGroupNormMeanParams& p, const conv::On
 // The tensor-core kernel with NT n8 tiles, its products on wgmma or mma.sync.
 template <int NT>
 cudaError_t launch_tensor_core_kernel(const KernelArgs& args, bool wgmma, cudaStream_t stream) {
+  // (The kernel's slots are its warps' m16 tiles: a plan made for the other products would
+  // leave positions without a slot.)
+  if (args.plan.capacity !=
+      (wgmma ? conv::kOnePassWgmmaCapacity : conv::kOnePassTensorCoreCapacity)) {
+    return cudaErrorInvalidValue;
+  }
   return wgmma ? launch_kernels<float>(onepass_tensor_core_kernel<NT, true>, args, stream)
                : launch_kernels<float>(onepass_tensor_core_kernel<NT, false>, args, stream);
 }

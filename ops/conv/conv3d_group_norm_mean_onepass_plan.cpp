@@ -24,8 +24,8 @@
 // (TW = Wo up to 64, else 32, 16, 8, and every (TD, TH)), a footprint that the tensor-core
 // kernel loads as whole input rows by 16-byte copies counting a quarter of the per-element
 // walk. (At the Conv3d headline that picks 2 x 8 x 30 boxes of whole 32-float rows over
-// 2 x 15 x 16 ones: the per-element walk was ~40% of the kernel's instructions, ncu on an
-// H100, 2026-11-23.)
+// 2 x 15 x 16 ones with 512 slots: the per-element walk was ~40% of the kernel's
+// instructions, ncu on an H100, 2026-11-23; with wgmma's 384 slots, 2 x 6 x 30.)
 #include "conv/conv_kernels.h"
 
 #include <algorithm>
@@ -175,7 +175,7 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
   // (On wgmma, 3 m16 tiles a warp rather than 4: the accumulators and fragments take 20
   // fewer registers, and at the Conv3d headline the 2 x 6 x 30 boxes fill their 384 slots as
   // 2 x 8 x 30 filled 512 while Ho = 30 splits into whole boxes: 6% fewer slots, 7040 tiles
-  // instead of 5632 (26.7 rounds of the persistent grid instead of 21.3). Kernel 174.9 ->
+  // instead of 5632 (26.7 rounds of the persistent grid instead of 21.3). Kernel 175.0 ->
   // 174.1 us alone, 173.1 -> 170.2 us with the k loop's prefetch, H200, 2026-11-29.)
   plan.capacity = !plan.tensor_cores ? kOnePassDirectCapacity
                   : wgmma            ? kOnePassWgmmaCapacity

@@ -166,8 +166,9 @@ constexpr size_t kOnePassTmaAlignSlack = 112;
 // The plan for `s` in `dtype`, with at most `smem_limit` bytes of shared memory per block;
 // float32 takes the tensor-core kernel where `tensor_cores` (allowed, and compute capability
 // 8.0 or newer) and the reduction is at most kOnePassTensorCoreMaxReduction; `wgmma`: its
-// products run on wgmma (the device runs the sm_90a image; the weights' layout differs); where
-// the tensor-core kernel's footprints do not fit, the direct kernel's plan.
+// products run on wgmma (the device runs the sm_90a image; the weights' layout and the tiles'
+// capacity differ: kOnePassWgmmaCapacity); where the tensor-core kernel's footprints do not
+// fit, the direct kernel's plan.
 // plan.supported says whether the problem is in the family.
 OnePassPlan plan_conv3d_group_norm_mean_onepass(const Conv3dShape& s, ScalarKind dtype,
                                                 size_t smem_limit, bool tensor_cores,
