@@ -1554,8 +1554,7 @@ template <int NT>
 cudaError_t launch_tensor_core_kernel(const KernelArgs& args, bool wgmma, cudaStream_t stream) {
   // (The kernel's slots are its warps' m16 tiles: a plan made for the other products would
   // leave positions without a slot.)
-  if (args.plan.capacity !=
-      (wgmma ? conv::kOnePassWgmmaCapacity : conv::kOnePassTensorCoreCapacity)) {
+  if (args.plan.capacity != conv::onepass_tensor_core_capacity(wgmma)) {
     return cudaErrorInvalidValue;
   }
   return wgmma ? launch_kernels<float>(onepass_tensor_core_kernel<NT, true>, args, stream)

@@ -177,9 +177,7 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
   // 2 x 8 x 30 filled 512 while Ho = 30 splits into whole boxes: 6% fewer slots, 7040 tiles
   // instead of 5632 (26.7 rounds of the persistent grid instead of 21.3). Kernel 175.0 ->
   // 174.1 us alone, 173.1 -> 170.2 us with the k loop's prefetch, H200, 2026-11-29.)
-  plan.capacity = !plan.tensor_cores ? kOnePassDirectCapacity
-                  : wgmma            ? kOnePassWgmmaCapacity
-                                     : kOnePassTensorCoreCapacity;
+  plan.capacity = plan.tensor_cores ? onepass_tensor_core_capacity(wgmma) : kOnePassDirectCapacity;
   // Channels per block: 24, 16 or 8, whichever wastes the fewest channel slots (the larger on
   // a tie: fewer chunks, fewer reloads of the input). In double, 8: a thread's 8 x 4 double
   // accumulators already take half of its registers.

@@ -150,6 +150,10 @@ constexpr int64_t kOnePassTensorCoreMaxReduction = 128;
 constexpr int64_t kOnePassDirectCapacity = 1024;
 constexpr int64_t kOnePassTensorCoreCapacity = 512;
 constexpr int64_t kOnePassWgmmaCapacity = 384;
+// The tensor-core kernel's positions per tile with wgmma or mma.sync products.
+constexpr int64_t onepass_tensor_core_capacity(bool wgmma) {
+  return wgmma ? kOnePassWgmmaCapacity : kOnePassTensorCoreCapacity;
+}
 // Reduction scratch per channel of a block, in bytes: the direct kernel's per-warp sums, total
 // and tile mean (10 doubles); the tensor-core kernel's per-warp (sum of deviations, shift,
 // squares, count) float4s, two tiles' worth (its pipeline), after which it keeps the digits of
