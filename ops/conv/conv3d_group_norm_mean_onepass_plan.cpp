@@ -221,7 +221,10 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
         const int64_t FH = (TH - 1) * s.stride[1] + (s.kH - 1) * s.dilation[1] + 1;
         const int64_t FW = (TW - 1) * s.stride[2] + (s.kW - 1) * s.dilation[2] + 1;
         FootprintPitches pitches = footprint_pitches(FD, FH, FW, plan.tensor_cores);
-        const int64_t tma_row = footprint_pitches(FD, FH, ceil_div(FW, 4) * 4, true).row;
+        // (The tensor-map layout's plane and channel pitches are the box's, FH and FD times
+        // the row pitch; a row pitch of 20 modulo 32 spreads a warp's fragment loads over the
+        // banks at 3 m16 tiles a warp: benchmarks/h200-2026-11-29-wgmma-m-tiles/.)
+        const int64_t tma_row = pitch_with_residue(ceil_div(FW, 4) * 4, 4, 20, 20);
         const bool tma = tma_kernel && (ceil_div(s.Wo, TW) == 1 || (TW * s.stride[2]) % 4 == 0) &&
                          tma_row <= 256 && FH <= 256 && FD <= 256;
         if (tma) {  // the box's layout: the padded row (16-byte multiple), dense above it
