@@ -808,6 +808,8 @@ for shape in [(2, 3, 5, 6, 8), (1, 4, 6, 5, 32), (2, 2, 4, 4, 12)]:
     run(t.test_whole_row_loads_match_the_general_loads, shape)
 run(t.test_many_tiles_per_block)
 run(t.test_inputs_far_from_zero_as_accurate_as_eager)
+for x_scale, spread in [(1e-6, False), (1.0, True)]:
+    run(t.test_input_and_weight_scales_as_accurate_as_eager, x_scale, spread)
 run(t.test_deterministic_and_layouts, torch.float32)
 print("ok")
 """
@@ -842,6 +844,38 @@ def test_inputs_far_from_zero_as_accurate_as_eager():
     mean.)"""
     args = conv3d_args((4, 3, 12, 14, 32), 24, 3, 8, device="cuda", requires_grad=False)
     args[0] = 50.0 + torch.rand_like(args[0])
+    ref, _ = reference(OP, args)
+    x, w, b, stride, padding, dilation, groups, num_groups, gn_w, gn_b, eps = args
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        out = torch.ops.fused.conv3d_group_norm_mean(*args)
+        y = torch.nn.functional.conv3d(x, w, b, stride, padding, dilation, groups)
+        eager = torch.nn.functional.group_norm(y, num_groups, gn_w, gn_b, eps).mean(
+            dim=(1, 2, 3, 4)
+        )
+
+    def error(o):
+        return ((o.double() - ref).norm() / ref.norm()).item()
+
+    assert error(out) <= 2 * error(eager) + 1e-7, (error(out), error(eager))
+
+
+@requires_cuda
+@pytest.mark.parametrize(
+    "x_scale, spread", [(1e-6, False), (1e6, False), (2.0**-40, False), (1.0, True)]
+)
+def test_input_and_weight_scales_as_accurate_as_eager(x_scale, spread):
+    """Inputs far from 1, weights whose channels differ by 2^20 in scale, and (spread) inputs
+    whose magnitudes span 12 decades within every tile: the output's error against float64
+    stays within 2x eager's (TF32 off). (A products kernel that scales or splits its operands
+    into a narrower format, as split float16 would, has to keep this.)"""
+    args = conv3d_args((3, 3, 12, 14, 32), 24, 3, 8, device="cuda", requires_grad=False)
+    x = torch.rand_like(args[0]) * x_scale
+    if spread:
+        x = x * torch.pow(10.0, torch.empty_like(x).uniform_(-6.0, 6.0))
+    channel_scales = torch.pow(2.0, torch.linspace(-10.0, 10.0, 24, device="cuda"))
+    args[0] = x
+    args[1] = args[1] * channel_scales.view(-1, 1, 1, 1, 1)
+    args[2] = args[2] * channel_scales
     ref, _ = reference(OP, args)
     x, w, b, stride, padding, dilation, groups, num_groups, gn_w, gn_b, eps = args
     with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
