@@ -14,7 +14,7 @@
 //        by asynchronous copies, every load of a warp in flight at once; the tensor-core
 //        kernel on wgmma, where x's rows and the boxes' first columns are 16-byte aligned, by
 //        one tiled copy of the tensor memory accelerator per tile, issued by one thread and
-//        completing on an mbarrier: OnePassPlan::tma_footprint);
+//        completing on an mbarrier, with no block barrier per tile: OnePassPlan::tma_footprint);
 //      * computes the convolution of the box in registers, an implicit GEMM of the box's
 //        positions (M) by the chunk's channels (N) over the K = C_in/groups * kD * kH * kW
 //        taps, each operand element read from the footprint at its tap's precomputed offset:
@@ -40,18 +40,21 @@
 //          - direct kernel: in double, the sums first (within the thread, warp butterflies,
 //            then the warps in order), then the squared deviations from the tile mean;
 //          - tensor-core kernel: two passes within each warp in float (its sum, then its
-//            squared deviations from its own mean), then one warp combines the 8 warps'
-//            moments in double, in warp order;
-//      * writes one (mean, M2) pair per channel to the workspace slot of the tile.
+//            squared deviations from a shift near its mean), then one warp of each warpgroup
+//            combines its 4 warps' moments in float about one of their shifts;
+//      * writes, per channel, the direct kernel's (mean, M2) pair to the tile's workspace slot,
+//        the tensor-core kernel's (sum of deviations, shift, squared deviations, count) to the
+//        slot of the tile's warpgroup.
 //    The chunk's weights stay in shared memory from one tile to the next of the same chunk.
 // 2. The training forward with the tensor-core kernel (exact_channel_means), or wherever the
 //    caller keeps x's sums (input_sums, float32): x's sums per tap (exact_sums_kernel, below),
 //    from which the finalize takes the channel means exactly, in double, for the backward; those
 //    sums, and x's total per (sample, input channel), go to input_sums for the backward's
 //    centring of x.
-// 3. onepass_finalize_kernel: one block per sample combines, per channel (8 lanes each, 4
-//    channels a warp), its tiles' moments in a fixed order (counts from the box geometry): the mean
-//    from the count-weighted sum (or the exact one from x's sums), then M2 about it; adds the conv
+// 3. onepass_finalize_kernel: one block per sample combines, per channel (a warp for the
+//    tensor-core kernel's warpgroups' moments, 8 lanes for the direct kernel's tiles', whose
+//    counts come from the box geometry), its moments in a fixed order, in double: the mean from
+//    the count-weighted sum (or the exact one from x's sums), then M2 about it; adds the conv
 //    bias to the mean, combines each GroupNorm group's channels, and writes mean, rstd, the channel
 //    means and out[n].
 //
@@ -89,12 +92,21 @@ static_assert(kWarpsPerBlock * kMmaTilesPerWarp * 16 == conv::kOnePassTensorCore
               "the plan's capacity is the tensor-core kernel's position slots");
 static_assert(kWarpsPerBlock * kWgmmaTilesPerWarp * 16 == conv::kOnePassWgmmaCapacity,
               "the plan's capacity is the tensor-core kernel's position slots");
+// The tensor-core kernel's groups of warps that combine their moments (a warpgroup each).
+constexpr int kWarpsPerGroup = 4;
+static_assert(kWarpsPerBlock == kWarpsPerGroup * conv::kOnePassTensorCoreWarpGroups,
+              "the plan's workspace holds each of the tensor-core kernel's groups' moments");
 
 struct KernelArgs {
   conv::Conv3dGroupNormMeanParams p;
   conv::OnePassPlan plan;
-  double2* partials;  // [tiles][cb]: (mean, M2) of the tile's valid positions per channel
-  bool full_rows;     // the footprints are whole input rows (conv_input_box.cuh)
+  // The direct kernel: [tiles][cb], (mean, M2) of the tile's valid positions per channel.
+  double2* partials;
+  // The tensor-core kernel: [tiles][warp groups][cb], (sum of deviations, shift, sum of squared
+  // deviations, count) of each group of warps' valid positions per channel
+  // (group_channel_moments), combined by the finalize. (The same workspace.)
+  float4* group_partials;
+  bool full_rows;  // the footprints are whole input rows (conv_input_box.cuh)
   // [N * C_in][taps + 1]: x's sums (exact_sums_kernel), from which the finalize takes the
   // channels' exact means (conv bias excluded) instead of the tiles' (null: the tiles').
   const double* exact_sums;
@@ -548,8 +560,8 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[3][4], const uint32_t (&a)
 // channel's values, then (sum of (y - shift), shift, sum of (y - shift)^2, count), the same in
 // every lane holding the channel. The shift: the valid rows' mean (their sum over the thread's
 // rows, then over the 8 lanes), or, where every row is valid (kAllValid, no masks), the mean
-// of one lane's 2 * MT rows (one shuffle instead of three butterfly levels; tile_channel_moments
-// takes M2 about the tile's mean in double from any shift). (The deviations' sum, not sum -
+// of one lane's 2 * MT rows (one shuffle instead of three butterfly levels; the finalize takes
+// M2 about the channel's mean in double from any shift). (The deviations' sum, not sum -
 // count * shift: the float sum's rounding is relative to |mean|, and the latter would carry it
 // into M2, ~1e-5 of it where |mean| = 1000 std.) (The shift as row 0's value alone, no sum:
 // ptxas then serialized the products for want of registers, C7511: 173.5 -> 206-212 us at the
@@ -599,29 +611,35 @@ __device__ __forceinline__ void warp_channel_moments(const float (&acc)[MT][NT][
   }
 }
 
-// The tile's (mean, M2) of channel c from its warps' (deviations, shift, squares, count)
-// (`warps`: [kWarpsPerBlock][cb]), in double, in warp order: the mean from the total sum
-// (count * shift + deviations per warp), and M2 about it from each warp's squares about its
-// shift, d = shift - mean away:
-//   sum over the warp's y of (y - mean)^2 = squares + d * (2 * deviations + count * d)
-// (no division but the mean's; an empty warp adds nothing).
-__device__ __forceinline__ double2 tile_channel_moments(const float4* warps, int c, int cb) {
-  double count = 0.0, sum = 0.0;
+// A group of warps' moments of channel c from its warps' (`warps`: the group's first warp's
+// [kWarpsPerGroup][cb] of (deviations, shift, squares, count), warp_channel_moments), in the same
+// form, about the shift of its first warp with valid rows: per warp, d = its shift - that shift,
+//   sum over the warp's y of (y - shift) = deviations + count * d
+//   sum over the warp's y of (y - shift)^2 = squares + d * (2 * deviations + count * d),
+// in float, in warp order. The squares' terms are the warps' own squared deviations about
+// shifts near them, so their roundings are relative to M2, not to the mean (no cancellation),
+// and there is no division: the finalize takes the mean and M2 in double. (Before, one warp
+// combined a tile's 8 warps in double, with a division, after a block barrier: the kernel's
+// "Pipeline" says what leaving that out gained.)
+__device__ __forceinline__ float4 group_channel_moments(const float4* warps, int c, int cb) {
+  float shift = 0.0f;
 #pragma unroll
-  for (int w = 0; w < kWarpsPerBlock; ++w) {
+  for (int w = kWarpsPerGroup - 1; w >= 0; --w) {
     const float4 m = warps[w * cb + c];
-    count += m.w;
-    sum += static_cast<double>(m.w) * m.y + m.x;
+    shift = m.w > 0.0f ? m.y : shift;
   }
-  const double mean = sum / count;
-  double m2 = 0.0;
+  float deviations = 0.0f, squares = 0.0f, count = 0.0f;
 #pragma unroll
-  for (int w = 0; w < kWarpsPerBlock; ++w) {
+  for (int w = 0; w < kWarpsPerGroup; ++w) {
     const float4 m = warps[w * cb + c];
-    const double d = static_cast<double>(m.y) - mean;
-    m2 += static_cast<double>(m.z) + d * (2.0 * static_cast<double>(m.x) + m.w * d);
+    if (m.w > 0.0f) {
+      const float d = m.y - shift;
+      deviations += fmaf(m.w, d, m.x);
+      squares += m.z + d * fmaf(m.w, d, 2.0f * m.x);
+      count += m.w;
+    }
   }
-  return make_double2(mean, m2 < 0.0 ? 0.0 : m2);  // (keeps NaN)
+  return make_float4(deviations, shift, squares, count);
 }
 
 // The sum of v over the warp (every lane gets it).
@@ -785,21 +803,25 @@ __global__ void __launch_bounds__(kThreads, 2)
                                         conv::kOnePassTensorCoreScratchBytesPerChannel * CB + 32);
   const uint32_t footprint_box_bytes =
       static_cast<uint32_t>(plan.footprint * static_cast<int64_t>(sizeof(float)));
+  // The tensor-map copy of tile t's footprint into `buffer`, by one thread, completing on the
+  // buffer's mbarrier. (After every warp's last reads of the buffer, which the caller has
+  // acquired: ordered before the copy engine's writes.)
+  const auto copy_footprint = [&](const Tile& t, int buffer) {
+    fence_proxy_async_shared();
+    const uint32_t bar = footprint_bars + 8u * static_cast<uint32_t>(buffer);
+    mbarrier_arrive_expect_bytes(bar, footprint_box_bytes);
+    const InputBox box = footprint_of(t, plan, s);
+    tiled_copy_to_shared_5d(
+        smem_base + footprints + static_cast<uint32_t>(buffer * plan.footprint_bytes), &a.x_map,
+        box.iw0, box.ih0, box.id0, static_cast<int32_t>(t.g * plan.c_in_g),
+        static_cast<int32_t>(t.n), bar);
+  };
 #endif
   const auto load_tile_footprint = [&](const Tile& t, int buffer) {
 #if defined(FUSED_OPS_ONEPASS_WGMMA)
     if (a.tma_footprint) {
       if (threadIdx.x == 0) {
-        // (After the barrier that ended the buffer's last reads: ordered before the copy
-        // engine's writes.)
-        fence_proxy_async_shared();
-        const uint32_t bar = footprint_bars + 8u * static_cast<uint32_t>(buffer);
-        mbarrier_arrive_expect_bytes(bar, footprint_box_bytes);
-        const InputBox box = footprint_of(t, plan, s);
-        tiled_copy_to_shared_5d(
-            smem_base + footprints + static_cast<uint32_t>(buffer * plan.footprint_bytes), &a.x_map,
-            box.iw0, box.ih0, box.id0, static_cast<int32_t>(t.g * plan.c_in_g),
-            static_cast<int32_t>(t.n), bar);
+        copy_footprint(t, buffer);
       }
       return;
     }
@@ -812,20 +834,35 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   };
 
-  // Pipeline: the footprint of a block's next tile loads (asynchronous copies, or one
-  // tensor-map copy that the tile waits for on its buffer's mbarrier) into the other buffer
-  // while the block computes this one, and one barrier per tile publishes it, the warps'
-  // moments and the end of the reads of this tile's buffer (so that the next copies may
-  // overwrite it). (Each footprint loaded after a barrier at its tile's start instead:
-  // 263 vs 255 us at the Conv3d headline, H100, 2026-11-26.) The weights stay from one tile to
-  // the next of the same chunk.
+  // Pipeline: the footprint of a block's next tile loads into the other buffer while the block
+  // computes this one. Asynchronous copies: each tile's start issues the next one's, and one
+  // barrier per tile publishes it and ends the reads of this tile's buffer (so that the next
+  // copies may overwrite it). (Each footprint loaded after a barrier at its tile's start
+  // instead: 263 vs 255 us at the Conv3d headline, H100, 2026-11-26.) Tensor-map copies: no
+  // barrier per tile; a tile waits for its copy on its buffer's mbarrier, and the warp that
+  // ends the last reads of a buffer (counted in footprint_reads) issues the copy of the tile
+  // two rounds on into it, so the two warpgroups run up to a tile apart instead of meeting
+  // every tile. Each group of 4 warps (a warpgroup, which its products keep in step anyway)
+  // meets at its own barrier to combine its moments in float (group_partials), which the
+  // finalize combines. (Before, a barrier per tile, after which one warp combined the 8
+  // warps' moments in double: kernel 168.9 -> 165.0 us, forward 0.1793 -> 0.1771 ms a call at
+  // the Conv3d headline, H200, 2026-11-29, benchmarks/h200-2026-11-29-tile-barrier.) The
+  // weights stay from one tile to the next of the same chunk.
   int64_t loaded_chunk = -1;  // whose weights b_s holds
   // gridDim.x as digits, in shared memory (block-uniform; registers are the limit here), after
   // the warps' moments (kOnePassTensorCoreScratchBytes).
   TileDigits* const stride = reinterpret_cast<TileDigits*>(
       smem + plan.scratch_offset + conv::kOnePassTensorCoreScratchBytesPerChannel * CB);
-  static_assert(sizeof(TileDigits) <= 32 && 32 + 2 * 8 <= conv::kOnePassTensorCoreScratchBytes,
-                "the plan's bytes: the stride's digits, then the footprints' two mbarriers");
+  static_assert(
+      sizeof(TileDigits) <= 32 && 32 + 2 * 8 + 2 * 4 <= conv::kOnePassTensorCoreScratchBytes,
+      "the plan's bytes: the stride's digits, the footprints' two mbarriers, the counts");
+#if defined(FUSED_OPS_ONEPASS_WGMMA)
+  // Per footprint buffer, the warps' ends of reading it so far (tensor-map copies; after the
+  // mbarriers).
+  const uint32_t footprint_reads =
+      smem_base + static_cast<uint32_t>(plan.scratch_offset +
+                                        conv::kOnePassTensorCoreScratchBytesPerChannel * CB + 48);
+#endif
   if (threadIdx.x == 0) {
     *stride = tile_digits(gridDim.x, plan, s);
   }
@@ -835,12 +872,21 @@ __global__ void __launch_bounds__(kThreads, 2)
     mbarrier_init(footprint_bars, 1);
     mbarrier_init(footprint_bars + 8u, 1);
     fence_mbarrier_init();
+    asm volatile("st.shared.v2.u32 [%0], {%1, %1};\n" ::"r"(footprint_reads), "r"(0u) : "memory");
   }
 #endif
-  __syncthreads();  // koff_s, the row table, the stride and the mbarriers
+  __syncthreads();  // koff_s, the row table, the stride, the mbarriers and the read counts
   if (blockIdx.x < plan.tiles) {
     load_tile_footprint(tile_of(digits, plan, s, CB), 0);
   }
+#if defined(FUSED_OPS_ONEPASS_WGMMA)
+  // (Tensor-map copies: the second round's too, into the other buffer.)
+  if (a.tma_footprint && threadIdx.x == 0 && blockIdx.x + gridDim.x < plan.tiles) {
+    TileDigits second = digits;
+    advance_tile(second, *stride, plan, s);
+    copy_footprint(tile_of(second, plan, s, CB), 1);
+  }
+#endif
   cp_async_wait_all();
   __syncthreads();
   int buffer = 0;
@@ -848,7 +894,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int64_t tile = blockIdx.x; tile < plan.tiles; tile += gridDim.x, buffer ^= 1, ++round) {
     const Tile t = tile_of(digits, plan, s, CB);
     if (t.chunk != loaded_chunk) {
-      // (Every warp passed the barrier that ended the previous tile: b_s is free.)
+      // (Asynchronous copies: every warp passed the barrier that ended the previous tile, and b_s
+      // is free. Tensor-map copies: the warps run up to a tile apart, so they meet here first.)
+      if (a.tma_footprint) {
+        __syncthreads();
+      }
       load_weights(t);
       loaded_chunk = t.chunk;
       __syncthreads();
@@ -856,7 +906,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     // (Only the digits stay live across the products: the next tile's coordinates are
     // recomputed from them, for its footprint now and for its products next round.)
     advance_tile(digits, *stride, plan, s);
-    if (tile + gridDim.x < plan.tiles) {
+    if (!a.tma_footprint && tile + gridDim.x < plan.tiles) {
       load_tile_footprint(tile_of(digits, plan, s, CB), buffer ^ 1);
     }
 #if defined(FUSED_OPS_ONEPASS_WGMMA)
@@ -992,15 +1042,39 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
 
+#if defined(FUSED_OPS_ONEPASS_WGMMA)
+    if (a.tma_footprint) {
+      // This warp's reads of the footprint are done (its last values are in the products it
+      // waited for). The last of the block's warps to get here issues the copy of the tile
+      // two rounds on into this buffer: the count's acquire-release orders every warp's reads
+      // before it. (The counts only grow: a buffer's next round is copied only after all of
+      // this round's reads, so its counts never mix with this round's.)
+      __syncwarp();
+      if (lane == 0) {
+        const uint32_t reads = footprint_reads + 4u * static_cast<uint32_t>(buffer);
+        uint32_t before;
+        asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;\n"
+                     : "=r"(before)
+                     : "r"(reads)
+                     : "memory");
+        if (before % kWarpsPerBlock == kWarpsPerBlock - 1 && tile + 2 * gridDim.x < plan.tiles) {
+          TileDigits after_next = digits;  // (digits: the next round's tile)
+          advance_tile(after_next, *stride, plan, s);
+          copy_footprint(tile_of(after_next, plan, s, CB), buffer);
+        }
+      }
+    }
+#endif
     // Per-channel moments of the box's valid positions within each warp (no block barrier):
     // its deviations and squared deviations from a shift near its mean, in float (the
     // thread's 2 * MT rows, then butterflies over the 8 lanes holding a channel: lane bits 2-4);
-    // after the barrier, one warp combines the 8 warps' moments in double, in warp order
-    // (tile_channel_moments). This thread holds channels nt * 8 + 2 * quad + e of rows
-    // (group, group + 8) of each tile. (Block-wide passes in double before, 4 barriers a tile:
-    // 142M -> 115M warp instructions with the byte addresses above, 298-311 -> 288 us at the
-    // Conv3d headline, H100, 2026-11-26.) A warp whose 16 * MT rows are all output positions skips
-    // the masks, and its shift is one lane's mean (warp_channel_moments).
+    // then one warp of each group of 4 combines the group's (group_channel_moments, after the
+    // group's barrier), a different one each tile. This thread holds channels
+    // nt * 8 + 2 * quad + e of rows (group, group + 8) of each tile.
+    // (Block-wide passes in double before, 4 barriers a tile: 142M -> 115M warp instructions
+    // with the byte addresses above, 298-311 -> 288 us at the Conv3d headline, H100,
+    // 2026-11-26.) A warp whose 16 * MT rows are all output positions skips the masks, and its
+    // shift is one lane's mean (warp_channel_moments).
     const int warp_count = warp_sum(quad == 0 ? __popc(valid) : 0);
     float4 moments[NT][2];  // (deviations, shift, squares, count): warp_channel_moments
     if (warp_count == MT * 16) {
@@ -1018,16 +1092,18 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
     }
-    cp_async_wait_all();  // this thread's copies of the next footprint
-    __syncthreads();
-    // The tile's moments per channel from its warps', by lanes c < CB of one warp, a different
-    // one each tile (the combine's double arithmetic issues as many instructions for 3 active
-    // lanes as for 24: one warp a tile instead of 3 lanes of every warp was 218 -> 214 us at the
-    // Conv3d headline, H100, 2026-11-26; all of them in warp 0 every tile made the other warps
-    // wait for it at the next barrier). (Read before the next barrier; the next tile's moments
-    // go to the other buffer.)
-    if (warp == (round & (kWarpsPerBlock - 1)) && lane < CB) {
-      a.partials[tile * CB + lane] = tile_channel_moments(tile_moments, lane, CB);
+    // (This buffer of moments was last read by the group's combine of the tile two rounds back,
+    // whose warp reached the group's previous barrier after it.)
+    const int warp_group = warp / kWarpsPerGroup;
+    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + warp_group), "n"(kWarpsPerGroup * kWarpSize)
+                 : "memory");
+    if (warp % kWarpsPerGroup == (round & (kWarpsPerGroup - 1)) && lane < CB) {
+      a.group_partials[(tile * conv::kOnePassTensorCoreWarpGroups + warp_group) * CB + lane] =
+          group_channel_moments(tile_moments + warp_group * kWarpsPerGroup * CB, lane, CB);
+    }
+    if (!a.tma_footprint) {
+      cp_async_wait_all();  // this thread's copies of the next footprint
+      __syncthreads();
     }
   }
 }
@@ -1345,7 +1421,65 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
   const T* gn_weight = static_cast<const T*>(a.p.gn_weight);
   const T* gn_bias = static_cast<const T*>(a.p.gn_bias);
 
-  // Per channel, 8 lanes (4 channels a warp at once), two passes over its boxes' (mean, M2)
+  // The tensor-core kernel's moments: a warp per channel, two passes over its tiles' groups'
+  // (deviations, shift, squares, count) ("parts"), in double: the mean from the total sum
+  // (count * shift + deviations per part), then M2 about it from each part's squares about its
+  // shift, d = shift - mean away:
+  //   sum over the part's y of (y - mean)^2 = squares + d * (2 * deviations + count * d)
+  // (an empty part adds nothing). Lanes over the parts, every load of a pass in flight at once
+  // (kFinalizeBatch a lane), then butterflies; the second pass reads them again from L1.
+  if (plan.tensor_cores) {
+    constexpr int kFinalizeBatch = 4;
+    const int lane = threadIdx.x % kWarpSize;
+    for (int64_t c = threadIdx.x / kWarpSize; c < s.C_out; c += kWarpsPerBlock) {
+      const int64_t g = c / plan.c_out_g;
+      const int64_t chunk = (c % plan.c_out_g) / cb;
+      const int64_t local = (c % plan.c_out_g) % cb;
+      // Part j: group j % groups of box j / groups, cb float4s apart.
+      const int64_t part_count = plan.boxes * conv::kOnePassTensorCoreWarpGroups;
+      const float4* const parts =
+          a.group_partials + ((g * plan.chunks + chunk) * s.N + n) * part_count * cb + local;
+      const auto load_batch = [&](int64_t first, float4(&m)[kFinalizeBatch]) {
+#pragma unroll
+        for (int b = 0; b < kFinalizeBatch; ++b) {
+          const int64_t j = first + b * kWarpSize + lane;
+          m[b] = j < part_count ? parts[j * cb] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+      };
+      double count = 0.0, sum = 0.0;
+      for (int64_t first = 0; first < part_count; first += kFinalizeBatch * kWarpSize) {
+        float4 m[kFinalizeBatch];
+        load_batch(first, m);
+#pragma unroll
+        for (int b = 0; b < kFinalizeBatch; ++b) {
+          count += m[b].w;
+          sum += static_cast<double>(m[b].w) * m[b].y + m[b].x;
+        }
+      }
+      count = warp_allreduce_sum(count);
+      sum = warp_allreduce_sum(sum);
+      const double mean = a.exact_sums != nullptr ? exact_means[c] : sum / count;
+      double m2 = 0.0;
+      for (int64_t first = 0; first < part_count; first += kFinalizeBatch * kWarpSize) {
+        float4 m[kFinalizeBatch];
+        load_batch(first, m);
+#pragma unroll
+        for (int b = 0; b < kFinalizeBatch; ++b) {
+          // (The padding entries are zeros: count 0, no term.)
+          const double d = m[b].w > 0.0f ? static_cast<double>(m[b].y) - mean : 0.0;
+          m2 += static_cast<double>(m[b].z) + d * (2.0 * static_cast<double>(m[b].x) + m[b].w * d);
+        }
+      }
+      m2 = warp_allreduce_sum(m2);
+      if (lane == 0) {
+        const double bias = conv_bias != nullptr ? ScalarOps<T>::to_double(conv_bias[c]) : 0.0;
+        channel_moments[c] = norm::Moments{mean + bias, m2 < 0.0 ? 0.0 : m2};  // (keeps NaN)
+        static_cast<stat_t*>(a.p.channel_mean)[n * s.C_out + c] = static_cast<stat_t>(mean + bias);
+      }
+    }
+  }
+  // The direct kernel's: per channel, 8 lanes (4 channels a warp at once), two passes over its
+  // boxes' (mean, M2)
   // (lane l of the 8 takes boxes l, l + 8, ...; butterflies sum the lanes' parts): the
   // channel's mean from the count-weighted sum, then M2 about it as the boxes' M2 plus
   // count * (box mean - mean)^2. Every load of a pass is in flight at once, and no division
@@ -1356,8 +1490,8 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
   constexpr int kLanesPerChannel = kWarpSize / kChannelsPerWarp;
   const int lane = threadIdx.x % kWarpSize;
   const int box0 = lane % kLanesPerChannel;
-  for (int64_t first = (threadIdx.x / kWarpSize) * kChannelsPerWarp; first < s.C_out;
-       first += kWarpsPerBlock * kChannelsPerWarp) {
+  for (int64_t first = (threadIdx.x / kWarpSize) * kChannelsPerWarp;
+       !plan.tensor_cores && first < s.C_out; first += kWarpsPerBlock * kChannelsPerWarp) {
     const int64_t c = first + lane / kLanesPerChannel;
     const bool active = c < s.C_out;  // (every lane takes part in the butterflies)
     const int64_t g = c / plan.c_out_g;
@@ -1572,7 +1706,10 @@ struct OnePassFamily {
                             cudaStream_t stream) {
     const conv::OnePassPlan plan = plan_for(p);
     KernelArgs args{
-        p, plan, static_cast<double2*>(workspace),
+        p,
+        plan,
+        static_cast<double2*>(workspace),
+        static_cast<float4*>(workspace),
         full_input_rows(p.conv, plan.FW, plan.boxes_w, p.x),
         wants_exact_means(p, plan) ? carve_exact_means(p, plan, workspace).sums : nullptr};
     // (FUSED_OPS_ONEPASS_TMA=0: the same layout by asynchronous copies, for comparisons.)

@@ -294,8 +294,10 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
   if (plan.tiles > kMax32 || s.D * s.H > kMax32 || s.W > kMax32) {
     return plan;
   }
-  // Per tile, a (mean, M2) pair of doubles per channel of the chunk.
-  plan.workspace_bytes = static_cast<size_t>(plan.tiles * plan.cb) * 2 * sizeof(double);
+  // Per tile and channel of the chunk: the direct kernel's (mean, M2) doubles, the tensor-core
+  // kernel's (deviations, shift, squares, count) floats of each of its groups of warps.
+  plan.workspace_bytes = static_cast<size_t>(plan.tiles * plan.cb) * 2 * sizeof(double) *
+                         (plan.tensor_cores ? kOnePassTensorCoreWarpGroups : 1);
   plan.supported = true;
   return plan;
 }

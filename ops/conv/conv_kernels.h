@@ -150,6 +150,9 @@ constexpr int64_t kOnePassTensorCoreMaxReduction = 128;
 constexpr int64_t kOnePassDirectCapacity = 1024;
 constexpr int64_t kOnePassTensorCoreCapacity = 512;
 constexpr int64_t kOnePassWgmmaCapacity = 384;
+// The tensor-core kernel's groups of 4 warps (a warpgroup with wgmma products), each of which
+// writes its own moments of a tile.
+constexpr int64_t kOnePassTensorCoreWarpGroups = 2;
 // The tensor-core kernel's positions per tile with wgmma or mma.sync products.
 constexpr int64_t onepass_tensor_core_capacity(bool wgmma) {
   return wgmma ? kOnePassWgmmaCapacity : kOnePassTensorCoreCapacity;
@@ -157,12 +160,13 @@ constexpr int64_t onepass_tensor_core_capacity(bool wgmma) {
 // Reduction scratch per channel of a block, in bytes: the direct kernel's per-warp sums, total
 // and tile mean (10 doubles); the tensor-core kernel's per-warp (sum of deviations, shift,
 // squares, count) float4s, two tiles' worth (its pipeline), after which it keeps the digits of
-// its tile stride and the mbarriers of its footprints' tensor-map copies
-// (kOnePassTensorCoreScratchBytes; all of its shared memory is dynamic, so that the plan counts
-// every byte).
+// its tile stride, the mbarriers of its footprints' tensor-map copies and the counts of its
+// warps done reading each footprint buffer (kOnePassTensorCoreScratchBytes, a multiple of 16:
+// the row table follows; all of its shared memory is dynamic, so that the plan counts every
+// byte).
 constexpr int64_t kOnePassDirectScratchBytesPerChannel = 10 * 8;
 constexpr int64_t kOnePassTensorCoreScratchBytesPerChannel = 2 * 8 * 16;
-constexpr int64_t kOnePassTensorCoreScratchBytes = 48;
+constexpr int64_t kOnePassTensorCoreScratchBytes = 64;
 // The bytes a tensor-core plan with tma_footprint reserves before its footprint buffers, so that
 // the kernel can align the first up to 128 bytes (dynamic shared memory starts 16-byte aligned).
 constexpr size_t kOnePassTmaAlignSlack = 112;
