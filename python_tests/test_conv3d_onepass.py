@@ -866,14 +866,14 @@ def test_inputs_far_from_zero_as_accurate_as_eager():
 
 
 # The one known miss of the numerics contract: at x_scale 1e-6 the forward without autograd is
-# 3.2x eager's error (2.98e-7 against 9.36e-8, H200, 2026-11-29). Its channel means come from the
-# tiles' sums of tensor-core products, and their error is ~3e-7 of the output at every input scale
-# here (2.77e-7 .. 3.07e-7 for x_scale 1e6 .. 1, where eager's is 4.7e-7 .. 1.5e-7); the training
-# forward, whose channel means come exactly from x's sums, is at 4.2e-8. Rounding the products'
-# low parts to nearest left the output bitwise the same, so the operands' split is not the cause
-# (the tensor cores' float32 accumulation is the likely one; not measured).
+# 3.2x eager's error (2.98e-7 against 9.36e-8, H200, 2026-11-29); at x_scale 1 and 1e6 its error
+# was 3.07e-7 and 2.77e-7 (eager's 1.51e-7 and 4.67e-7). The training forward, which takes the
+# channel means exactly from x's sums, was at 4.2e-8 at 1e-6. The error stayed the same to all
+# printed digits with the products' low parts rounded to nearest, with the moments combined in
+# another order and on mma.sync: its cause is not found
+# (benchmarks/h200-2026-11-29-tile-barrier/notes.txt, section 4).
 _INFERENCE_MEANS_MISS = pytest.mark.xfail(
-    strict=True, reason="inference channel means from the tiles' products: 3.2x eager's error"
+    strict=True, reason="the forward without autograd at 3.2x eager's error here (cause not found)"
 )
 
 

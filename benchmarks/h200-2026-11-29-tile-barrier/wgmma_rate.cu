@@ -1,7 +1,7 @@
 // Microbenchmark: how fast do chains of wgmma m64nNk8 TF32 products (A from registers, B from
 // shared memory) run per SM, with the one-pass forward's step pattern (3 terms x MT m64 tiles,
 // one commit group per term) and without it. Every block runs `steps` steps on its 2 warpgroups;
-// the grid is blocks/SM x the SMs. Build and run on an sm_90 device (notes.txt, section 6; its
+// the grid is blocks/SM x the SMs. Build and run on an sm_90 device (notes.txt, section 7; its
 // output: call2-wgmma-rate.txt):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a wgmma_rate.cu -o wgmma_rate
 // wgmma_wrappers.inc holds one wrapper per N (the accumulators' registers listed out).
