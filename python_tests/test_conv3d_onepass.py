@@ -870,10 +870,11 @@ def test_inputs_far_from_zero_as_accurate_as_eager():
 # was 3.07e-7 and 2.77e-7 (eager's 1.51e-7 and 4.67e-7). The training forward, which takes the
 # channel means exactly from x's sums, was at 4.2e-8 at 1e-6. The error stayed the same to all
 # printed digits with the products' low parts rounded to nearest, with the moments combined in
-# another order and on mma.sync: its cause is not found
-# (benchmarks/h200-2026-11-29-tile-barrier/notes.txt, section 4).
+# another order and on mma.sync. A float64 model with the convolution output uniformly ~4.5e-7
+# too small reproduces it (likely the tensor cores' accumulation rounding toward zero; not
+# measured): benchmarks/h200-2026-11-29-tile-barrier/notes.txt, section 4.
 _INFERENCE_MEANS_MISS = pytest.mark.xfail(
-    strict=True, reason="the forward without autograd at 3.2x eager's error here (cause not found)"
+    strict=True, reason="the forward without autograd at 3.2x eager's error here (see above)"
 )
 
 
