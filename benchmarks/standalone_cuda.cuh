@@ -1,5 +1,5 @@
-// What the standalone CUDA benchmarks (tune_split_tf32_conv3d.cu, split_tf32_wgmma_check.cu:
-// no PyTorch) share: error checks, copies to the device, event timing.
+// What the standalone CUDA benchmarks (tune_split_tf32_conv3d.cu, split_tf32_wgmma_check.cu,
+// tf32_accumulation_bias.cu: no PyTorch) share: error checks, copies to the device, event timing.
 #pragma once
 
 #include <cuda_runtime.h>

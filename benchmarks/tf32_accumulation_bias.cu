@@ -11,23 +11,11 @@
 // compiled, not yet run on a device.
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a tf32_accumulation_bias.cu \
 //     -o tf32_accumulation_bias && ./tf32_accumulation_bias
-#include <cuda_runtime.h>
+#include "standalone_cuda.cuh"
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <random>
-#include <vector>
-
-#define CHECK_CUDA(call)                                                              \
-  do {                                                                                \
-    cudaError_t e = (call);                                                           \
-    if (e != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
 
 // a: [warps][steps][32 lanes][4], b: [warps][steps][32 lanes][2] (mma.sync fragments, TF32
 // values stored as float), d: [warps][32 lanes][4], the sums.
@@ -92,12 +80,10 @@ void run(const char* name, bool mixed_signs, int steps, int warps) {
   for (float& v : f.b) {
     v = eleven_bits(rng, -3 - static_cast<int>(rng() % 6), mixed_signs && (rng() & 1));
   }
-  float *a = nullptr, *b = nullptr, *d = nullptr;
-  CHECK_CUDA(cudaMalloc(&a, f.a.size() * sizeof(float)));
-  CHECK_CUDA(cudaMalloc(&b, f.b.size() * sizeof(float)));
+  float* const a = to_device(f.a);
+  float* const b = to_device(f.b);
+  float* d = nullptr;
   CHECK_CUDA(cudaMalloc(&d, static_cast<size_t>(warps) * 32 * 4 * sizeof(float)));
-  CHECK_CUDA(cudaMemcpy(a, f.a.data(), f.a.size() * sizeof(float), cudaMemcpyHostToDevice));
-  CHECK_CUDA(cudaMemcpy(b, f.b.data(), f.b.size() * sizeof(float), cudaMemcpyHostToDevice));
   chains<<<warps / 4, 128>>>(a, b, steps, d);
   CHECK_CUDA(cudaGetLastError());
   std::vector<float> out(static_cast<size_t>(warps) * 32 * 4);
