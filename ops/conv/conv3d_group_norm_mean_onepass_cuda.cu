@@ -1095,8 +1095,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     // (This buffer of moments was last read by the group's combine of the tile two rounds back,
     // whose warp reached the group's previous barrier after it.)
     const int warp_group = warp / kWarpsPerGroup;
-    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + warp_group), "n"(kWarpsPerGroup * kWarpSize)
-                 : "memory");
+    named_barrier_sync(1 + warp_group, kWarpsPerGroup * kWarpSize);
     if (warp % kWarpsPerGroup == (round & (kWarpsPerGroup - 1)) && lane < CB) {
       a.group_partials[(tile * conv::kOnePassTensorCoreWarpGroups + warp_group) * CB + lane] =
           group_channel_moments(tile_moments + warp_group * kWarpsPerGroup * CB, lane, CB);

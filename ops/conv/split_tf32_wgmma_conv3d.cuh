@@ -111,6 +111,7 @@
 
 #include "common/cuda/async_proxy.cuh"
 #include "common/cuda/device_info.cuh"
+#include "common/cuda/launch_utils.cuh"
 #include "common/cuda/per_device.cuh"
 #include "common/cuda/tensor_map_copies.cuh"
 #include "conv/conv_kernels.h"
@@ -351,11 +352,6 @@ __device__ __forceinline__ void im2col_copy_to_shared(uint32_t dst, const CUtens
       "l"(reinterpret_cast<uint64_t>(x_map)), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(d), "r"(n),
       "h"(ow), "h"(oh), "h"(od)
       : "memory");
-}
-// The `threads` threads (whole warps) that reach named barrier `id` (1 .. 15: 0 is
-// __syncthreads') wait for each other.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 // The tiled store of the tensor memory accelerator: shared memory at src to the box of `map`
 // whose corner is at coordinates (c0, c1, c2) (innermost first); elements outside the tensor

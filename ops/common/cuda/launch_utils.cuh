@@ -6,6 +6,7 @@
 //     errors as cudaError_t and never throw (the host side turns them into exceptions);
 //   * WorkspaceCarver: one layout function both sizes and carves a workspace;
 //   * block_copy: a block's staging of values into shared memory, loads in flight together;
+//   * named_barrier_sync: a barrier of part of a block;
 //   * warp and block sums of doubles in a fixed order (deterministic: the result depends on
 //     the launch shape only, never on timing).
 #pragma once
@@ -78,6 +79,13 @@ class WorkspaceCarver {
   char* base_;
   size_t offset_ = 0;
 };
+
+// The `threads` threads (whole warps) that reach named barrier `id` (1 .. 15: 0 is
+// __syncthreads') wait for each other. (With `id` not a compile-time constant ptxas reserves
+// all 16 of the block's barriers.)
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // A block's copy of `count` values: store(i, load(i)) for i < count, each thread's loads
 // kLoads at a time, all issued before their stores. For a block whose work waits on staging
