@@ -722,6 +722,72 @@ TEST_CASE("one-pass plans copy footprints with tensor maps on wgmma", "[conv][cp
   }
 }
 
+// On wgmma the tensor-core forward loads its values in windows (OnePassPlan::windows) where kW =
+// 3 with stride and dilation 1 along W, the box's width is a multiple of 6, the footprint's
+// pitches are even and the windows' triples take no more K steps than the taps;
+// python_tests/test_conv3d_onepass.py's WINDOW_CASES run the problems that take them.
+TEST_CASE("one-pass plans load windows on wgmma", "[conv][cpu][onepass]") {
+  using fused_ops::ScalarKind;
+  namespace conv = fused_ops::conv;
+  constexpr size_t kH100 = 232448;
+  struct Case {
+    conv::Conv3dShape s;
+    bool windows;
+    int64_t rows, triples;
+  };
+  conv::Conv3dShape strided =
+      stride1_shape({2, 3, 9, 11, 26}, 16, {3, 3, 3}, {0, 0, 0}, {2, 1, 1}, 1);
+  strided.stride[0] = 2, strided.stride[1] = 2;
+  strided.Do = (strided.D - 2 * 2 - 1) / 2 + 1, strided.Ho = (strided.H - 2 - 1) / 2 + 1;
+  conv::Conv3dShape strided_w =
+      stride1_shape({2, 3, 6, 7, 26}, 16, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1);
+  strided_w.stride[2] = 2, strided_w.Wo = (strided_w.W - 2 - 1) / 2 + 1;
+  const Case cases[] = {
+      // The Conv3d headline: 27 kernel rows, 11 K steps, 8 triples with a slot in them.
+      {stride1_shape({128, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 27, 8},
+      {stride1_shape({2, 3, 6, 8, 32}, 8, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 27, 8},
+      // cpp_tests/test_utils.h's conv3d_cases: output rows of 6.
+      {stride1_shape({2, 3, 5, 6, 8}, 8, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 27, 8},
+      // Padding along every dim, one along W (asynchronous copies).
+      {stride1_shape({2, 3, 5, 7, 12}, 24, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1), true, 27, 8},
+      // Conv groups of 4 input channels: 36 rows, 14 K steps either way.
+      {stride1_shape({1, 8, 4, 5, 20}, 40, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 2), true, 36, 10},
+      // Stride and dilation along D and H.
+      {strided, true, 27, 8},
+      // N = 1, boxes overhanging the output along D and H.
+      {stride1_shape({1, 3, 7, 9, 38}, 16, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 27, 8},
+      // Not: Wo = 32 (boxes of 32), kW = 2, stride 2 along W, one input channel (9 rows: 5 K
+      // steps in triples against 4).
+      {stride1_shape({2, 3, 6, 8, 34}, 16, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), false, 0, 0},
+      {stride1_shape({2, 3, 6, 8, 31}, 16, {3, 3, 2}, {0, 0, 0}, {1, 1, 1}, 1), false, 0, 0},
+      {strided_w, false, 0, 0},
+      {stride1_shape({2, 1, 6, 8, 32}, 16, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), false, 0, 0},
+  };
+  for (const Case& c : cases) {
+    INFO("C_in " << c.s.C_in << ", W " << c.s.W << ", kW " << c.s.kW << ", stride " << c.s.stride[0]
+                 << "," << c.s.stride[2] << ", groups " << c.s.groups);
+    const conv::OnePassPlan plan = conv::plan_conv3d_group_norm_mean_onepass(
+        c.s, ScalarKind::kFloat, kH100, true, /*wgmma=*/true);
+    const conv::OnePassPlan mma_sync =
+        conv::plan_conv3d_group_norm_mean_onepass(c.s, ScalarKind::kFloat, kH100, true, false);
+    REQUIRE(plan.supported);
+    REQUIRE(plan.tensor_cores);
+    CHECK(plan.windows == c.windows);
+    CHECK_FALSE(mma_sync.windows);
+    if (!c.windows) {
+      continue;
+    }
+    CHECK(plan.TW % 6 == 0);
+    CHECK(plan.window_rows == c.rows);
+    CHECK(plan.window_triples == c.triples);
+    // The taps' offsets take 4 ints per triple, within the k_pad ints the plan keeps for them.
+    CHECK(4 * plan.window_triples <= plan.k_pad);
+    CHECK(plan.row_pitch % 2 == 0);
+    CHECK(plan.plane_pitch % 2 == 0);
+    CHECK(plan.channel_pitch % 2 == 0);
+  }
+}
+
 // The one-pass plans are memoized per argument set (PlanMemo, 8 entries): from any thread, in
 // any order, with more argument sets than entries (evictions), each call returns its own
 // arguments' plan.

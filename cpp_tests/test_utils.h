@@ -604,6 +604,13 @@ inline std::vector<ConvCase> conv3d_cases() {
     c.num_groups = 2;
     cases.push_back(c);
   }
+  {
+    // Output rows of 6 positions, k3, 3 input channels: the CUDA one-pass forward on wgmma
+    // loads its values in windows (OnePassPlan::windows).
+    ConvCase c{"output rows of 6, k3, 3 -> 8", {2, 3, 5, 6, 8}, 8, {3, 3, 3}};
+    c.num_groups = 4;
+    cases.push_back(c);
+  }
   return cases;
 }
 

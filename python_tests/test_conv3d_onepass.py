@@ -18,6 +18,7 @@ from helpers import (
     assert_close_to_ref,
     check_against_reference,
     conv3d_args,
+    detach_args,
     reference,
     requires_cuda,
     tensor_arg_indices,
@@ -747,6 +748,43 @@ def test_tensor_map_footprints_match_the_asynchronous_copies(name, monkeypatch):
     assert torch.equal(out, switched_off)
 
 
+# (input shape, C_out, kernel, GroupNorm groups, other arguments) of problems whose float32
+# forward on wgmma loads its values in windows (OnePassPlan::windows: kW = 3 with stride and
+# dilation 1 along W, boxes along W a multiple of 6 wide; cpp_tests/test_conv_ops.cpp checks the
+# plans): 27 kernel rows (7 triples per quad of lanes, the last padding), padding along every
+# dim (asynchronous copies), conv groups of 4 input channels (36 rows: 9 triples), stride and
+# dilation along D and H, N = 1 with boxes overhanging the output; chunks of 8, 16, 24 and 40
+# channels.
+WINDOW_CASES = {
+    "c_out_8": ((2, 3, 6, 8, 32), 8, 3, 4, {}),
+    "padded": ((2, 3, 5, 7, 12), 24, 3, 8, dict(padding=1)),
+    "conv_groups": ((1, 8, 4, 5, 20), 40, 3, 8, dict(groups=2)),
+    "strided_dilated": ((2, 3, 9, 11, 26), 16, 3, 8, dict(stride=(2, 2, 1), dilation=(2, 1, 1))),
+    "n1_overhanging": ((1, 3, 7, 9, 38), 16, 3, 8, {}),
+}  # fmt: skip
+
+
+@requires_cuda
+@pytest.mark.parametrize("name", list(WINDOW_CASES))
+def test_window_loads_against_float64(name, monkeypatch):
+    """Where the float32 forward on wgmma loads its values in windows (the plans:
+    cpp_tests/test_conv_ops.cpp), against float64, with autograd (its training forward) and
+    without; and with the windows switched off (FUSED_OPS_ONEPASS_WINDOWS=0: the same products
+    in another order), against float64 too. (Both outputs may be the same bits: out[n] is one
+    float32 per sample, whose rounding can hide the orders' difference.) Inputs from torch.rand,
+    random GroupNorm affine and conv bias."""
+    shape, c_out, k, num_groups, kw = WINDOW_CASES[name]
+    args = conv3d_args(shape, c_out, k, num_groups, **kw, device="cuda", requires_grad=False)
+    args[0] = torch.rand_like(args[0])
+    path, _ = _check(args, torch.float32)
+    assert path == "onepass"
+    check_against_reference(
+        OP, detach_args(args, requires_grad=True), grad_rtol=1e-4, grad_atol=5e-5
+    )
+    monkeypatch.setenv("FUSED_OPS_ONEPASS_WINDOWS", "0")
+    _check(args, torch.float32)
+
+
 @requires_cuda
 def test_many_tiles_per_block():
     """More tiles than resident blocks, over every digit of the tile index (boxes along each
@@ -871,8 +909,9 @@ def test_inputs_far_from_zero_as_accurate_as_eager():
 # channel means exactly from x's sums, was at 4.2e-8 at 1e-6. The error stayed the same to all
 # printed digits with the products' low parts rounded to nearest, with the moments combined in
 # another order and on mma.sync. A float64 model with the convolution output uniformly ~4.5e-7
-# too small reproduces it (likely the tensor cores' accumulation rounding toward zero; not
-# measured): benchmarks/h200-2026-11-29-tile-barrier/notes.txt, section 4.
+# too small reproduces it (benchmarks/h200-2026-11-29-tile-barrier/notes.txt, section 4), and
+# the tensor cores' accumulation does round toward zero (33 products of exact positive operands:
+# 1.3e-6 too small on average; benchmarks/h200-2026-11-29-k-step-parts/notes.txt, section 2).
 _INFERENCE_MEANS_MISS = pytest.mark.xfail(
     strict=True, reason="the forward without autograd at 3.2x eager's error here (see above)"
 )

@@ -25,7 +25,9 @@
 //            mma.sync) and all cb channels; 384 positions a tile (512 with mma.sync). The
 //            products: on Hopper (the file's sm_90a image) one wgmma.m64nCBk8 per
 //            warpgroup, m16 row and term, the weights in shared memory as its B tiles, the
-//            next k step's values loading while a step's last two terms run; elsewhere
+//            next k step's values loading while a step's last two terms run (where kW = 3 along
+//            a unit-stride W, in windows: a thread's 6 positions consecutive along W and its
+//            taps in triples along kW, 8 values loaded per triple instead of 18); elsewhere
 //            mma.sync m16n8k8 per warp, n8 tile and term, the weights already in fragment
 //            order (one 16-byte load per n8 tile and k step).
 //            The next tile's footprint loads into a second buffer meanwhile (whole input rows
@@ -51,12 +53,13 @@
 //    from which the finalize takes the channel means exactly, in double, for the backward; those
 //    sums, and x's total per (sample, input channel), go to input_sums for the backward's
 //    centring of x.
-// 3. onepass_finalize_kernel: one block per sample combines, per channel (a warp for the
-//    tensor-core kernel's warpgroups' moments, 8 lanes for the direct kernel's tiles', whose
-//    counts come from the box geometry), its moments in a fixed order, in double: the mean from
-//    the count-weighted sum (or the exact one from x's sums), then M2 about it; adds the conv
-//    bias to the mean, combines each GroupNorm group's channels, and writes mean, rstd, the channel
-//    means and out[n].
+// 3. onepass_finalize_kernel: one block per sample combines, per channel (a warp for 4 of the
+//    tensor-core kernel's channels at once, 8 lanes for one of the direct kernel's, whose tiles'
+//    counts come from the box geometry), its moments in a fixed order, in double: the tensor-core
+//    kernel's in one pass of sums about a reference near the data, the direct kernel's in two
+//    (the mean from the count-weighted sum, then M2 about it); the mean is the exact one from x's
+//    sums where there are any. It adds the conv bias to the mean, combines each GroupNorm group's
+//    channels, and writes mean, rstd, the channel means and out[n].
 //
 // Every sum has a fixed order that depends on the shape only: results are deterministic.
 #include "common/cuda/async_proxy.cuh"
@@ -233,6 +236,16 @@ __device__ __forceinline__ int tap_offset(int k, const conv::OnePassPlan& plan,
   return k >= plan.K
              ? 0
              : tap_offset_in_layout(k, s, plan.row_pitch, plan.plane_pitch, plan.channel_pitch);
+}
+
+// Windows (OnePassPlan::windows): the tap of column k of the products' K. K step ks = k / 8
+// gives quad q = k % 4 its slots 2 ks (column q) and 2 ks + 1 (column q + 4); quad q's slot u
+// is kw = u % 3 of its triple u / 3, the taps 3 R, 3 R + 1, 3 R + 2 of kernel row R = 4 (u / 3)
+// + q, an (input channel, kd, kh). -1: a padding column (weight 0).
+__device__ __forceinline__ int window_tap(int k, const conv::OnePassPlan& plan) {
+  const int slot = 2 * (k / 8) + (k % 8) / 4;
+  const int row = 4 * (slot / 3) + k % 4;
+  return row < plan.window_rows ? 3 * row + slot % 3 : -1;
 }
 
 // A box position's offset in the footprint, and its (td, th, tw) packed in 10-bit fields
@@ -662,10 +675,15 @@ __device__ __forceinline__ int warp_sum(int v) {
 //               d3 (group + 8, 2 quad + 1).
 // Rows are box positions, A's columns and B's rows taps, B's and D's columns channels.
 // kWgmma: the products on wgmma (above; sm_90a images only, else the kernel traps: the host
-// launches it only where the device runs such an image), else on mma.sync.
-template <int NT, bool kWgmma>
+// launches it only where the device runs such an image), else on mma.sync. kWindows (wgmma
+// only, where the plan has them: OnePassPlan::windows): a thread's rows are 6 consecutive
+// positions along W and its taps come in triples along kW, each triple's values loaded once as
+// a window of 8 (see "Windows" below).
+template <int NT, bool kWgmma, bool kWindows>
 __global__ void __launch_bounds__(kThreads, 2)
     onepass_tensor_core_kernel(const __grid_constant__ KernelArgs a) {
+  static_assert(!kWindows || (kWgmma && kWgmmaTilesPerWarp == 3),
+                "windows: wgmma products, a thread's 2 x 3 rows one window's positions");
 #if !defined(FUSED_OPS_ONEPASS_WGMMA)
   if constexpr (kWgmma) {
     asm volatile("trap;\n");  // (not __trap(): the code after it would warn as unreachable)
@@ -700,8 +718,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int k_steps = static_cast<int>(plan.k_pad / 8);
   // In bytes: a fragment element's address is then its row's address plus its tap's offset,
   // one add (element offsets took an add and a multiply-add per element).
-  for (int k = threadIdx.x; k < plan.k_pad; k += kThreads) {
-    koff_s[k] = tap_offset(k, plan, s) * static_cast<int>(sizeof(float));
+  if constexpr (kWindows) {
+    // [window_triples][4 quads]: where quad's triple j (kernel row 4 j + quad, kw = 0) lies from
+    // a position's first tap (0 for the padding rows past window_rows, whose weights are 0).
+    for (int i = threadIdx.x; i < 4 * plan.window_triples; i += kThreads) {
+      koff_s[i] =
+          i < plan.window_rows ? tap_offset(3 * i, plan, s) * static_cast<int>(sizeof(float)) : 0;
+    }
+  } else {
+    for (int k = threadIdx.x; k < plan.k_pad; k += kThreads) {
+      koff_s[k] = tap_offset(k, plan, s) * static_cast<int>(sizeof(float));
+    }
   }
   const float* weight = static_cast<const float*>(a.p.weight);
   const int lane = threadIdx.x % kWarpSize;
@@ -716,7 +743,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      row[mt][h] = box_position((warp * MT + mt) * 16 + group + 8 * h, plan, s);
+      // (Windows: the thread's 6 positions in a row along W, o = 2 mt + h.)
+      row[mt][h] = box_position(
+          kWindows ? 6 * (warp * 8 + group) + 2 * mt + h : (warp * MT + mt) * 16 + group + 8 * h,
+          plan, s);
       row_first_tap[mt][h] = row[mt][h].offset * static_cast<int>(sizeof(float));
     }
   }
@@ -758,8 +788,9 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int n = (i / 32) % CB;
         const int k = (i / (32 * CB)) * 32 + k_in_block;
         const int64_t c = t.c0 + n;
+        const int tap = kWindows ? window_tap(k, plan) : (k < K ? k : -1);
         uint32_t high, low;
-        split_tf32(c < t.c_end && k < K ? weight[c * K + k] : 0.0f, high, low);
+        split_tf32(c < t.c_end && tap >= 0 ? weight[c * K + tap] : 0.0f, high, low);
         const uint32_t at = b_tiles + static_cast<uint32_t>(i / 32) * 128u +
                             ((((k_in_block >> 2) ^ (n & 7)) << 4) | ((k_in_block & 3) << 2));
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(high) : "memory");
@@ -961,18 +992,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       // B of k step ks: 32-tap block ks / 4, 32 bytes (2 descriptor units) a step within it.
       uint64_t b_high = k_major_swizzled_descriptor(b_tiles);
       const uint64_t b_low_minus_high = b_part_bytes >> 4;
-      float values[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        fragment_values(x_tile, mt, koff_quad[0], koff_quad[4], values[mt]);
-      }
-#pragma unroll 2
-      for (int ks = 0; ks < k_steps; ++ks) {
-        uint32_t a_high[MT][4], a_low[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          split_fragment(values[mt], a_high[mt], a_low[mt]);
-        }
+      // Issues k step ks's products, from A split into a_high and a_low, in three commit groups.
+      const auto issue_products = [&](const uint32_t (&a_high)[MT][4],
+                                      const uint32_t (&a_low)[MT][4], int ks) {
         const uint64_t b_low = b_high + b_low_minus_high;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -998,20 +1020,116 @@ __global__ void __launch_bounds__(kThreads, 2)
         // (The next step's B, while the products run: the next 32 bytes of the block's rows,
         // or the next block, CB * 128 bytes after this one's start.)
         b_high += (ks & 3) == 3 ? static_cast<uint64_t>(CB * 8 - 6) : uint64_t{2};
-        // The next step's tap offsets before the wait; the last step loads its own values
-        // again (no branch in the unrolled loop).
-        const int* const next_offsets = koff_quad + 8 * (ks + 1 < k_steps ? ks + 1 : ks);
-        const int next_off0 = next_offsets[0];
-        const int next_off1 = next_offsets[4];
-        wgmma_wait<2>();
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          fragment_values(x_tile, mt, next_off0, next_off1, values[mt]);
-        }
+      };
+      const auto wait_products = [&] {
         wgmma_wait<0>();
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           fence_accumulators(acc[mt]);
+        }
+      };
+      if constexpr (kWindows) {
+        // Windows. Thread (group, quad) of warp w holds positions P + o, o = 2 mt + h (its
+        // rows group + 8 h of m16 tile mt), P = 6 (8 w + group), in a row along W; its slots
+        // of the K steps go through the taps of its kernel rows 4 j + quad in triples, kw = 0,
+        // 1, 2 (window_tap). Position o's tap kw of triple j is then window element o + kw of
+        // the 8 values from P's tap (j, kw = 0): 8 loads (4 of 8 bytes: P's offsets and the
+        // pitches are even) per triple where the values took 18. Three k steps take two
+        // triples, j (in w0) and j + 1 (in w1):
+        //   step A: slots (j, 0), (j, 1); during its products, j + 1's window loads into w1;
+        //   step B: (j, 2), (j + 1, 0); j + 2's window loads into w0, free again;
+        //   step C: (j + 1, 1), (j + 1, 2).
+        // Each step splits its values straight from the windows into the products' registers.
+        // (What slows the products is the loaded registers more than the banks: in a
+        // microbenchmark of the step, 12 loads a step at one address for the whole warp cost
+        // 82% of the time that 12 at 32 distinct addresses did, and 6 of them 56%:
+        // benchmarks/h200-2026-11-29-k-step-parts.)
+        const int* const triples = koff_s + quad;  // triples[4 j]: (j, 0)'s offset from P's
+        const int last_triple = static_cast<int>(plan.window_triples) - 1;
+        // Triple j's offset (past the last triple's, the last's again: no branch).
+        const auto triple_offset = [&](int j) { return triples[4 * min(j, last_triple)]; };
+        const unsigned char* const window_row = x_tile + row_first_tap[0][0];
+        const auto load_window = [&](float (&w)[8], int offset) {
+          const unsigned char* const at = window_row + offset;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float2 v = *reinterpret_cast<const float2*>(at + 8 * i);
+            w[2 * i] = v.x;
+            w[2 * i + 1] = v.y;
+          }
+        };
+        // A step's A values: column quad from window wq at kw = kq, column quad + 4 from
+        // window wq4 at kw = kq4, split.
+        const auto split_windows = [&](const float (&wq)[8], int kq, const float (&wq4)[8], int kq4,
+                                       uint32_t (&a_high)[MT][4], uint32_t (&a_low)[MT][4]) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            split_tf32(wq[2 * mt + kq], a_high[mt][0], a_low[mt][0]);
+            split_tf32(wq[2 * mt + 1 + kq], a_high[mt][1], a_low[mt][1]);
+            split_tf32(wq4[2 * mt + kq4], a_high[mt][2], a_low[mt][2]);
+            split_tf32(wq4[2 * mt + 1 + kq4], a_high[mt][3], a_low[mt][3]);
+          }
+        };
+        // (Each window's offset read before its step's first wait, as the values' offsets
+        // below. Read after it, the window's address waited on it: short-scoreboard stalls on
+        // the add, 8% of the kernel's samples; the time moved within the calls' spread,
+        // 156.1 -> 154.7-155.9 us at the headline, H200, 2026-11-29.)
+        float w0[8], w1[8];
+        load_window(w0, triple_offset(0));
+        int ks = 0;
+#pragma unroll 1
+        for (int j = 0;; j += 2) {
+          uint32_t a_high[MT][4], a_low[MT][4];
+          split_windows(w0, 0, w0, 1, a_high, a_low);  // step A
+          issue_products(a_high, a_low, ks);
+          const int offset1 = triple_offset(j + 1);
+          wgmma_wait<2>();
+          load_window(w1, offset1);
+          wait_products();
+          if (++ks == k_steps) {
+            break;
+          }
+          split_windows(w0, 2, w1, 0, a_high, a_low);  // step B
+          issue_products(a_high, a_low, ks);
+          const int offset2 = triple_offset(j + 2);
+          wgmma_wait<2>();
+          load_window(w0, offset2);
+          wait_products();
+          if (++ks == k_steps) {
+            break;
+          }
+          split_windows(w1, 1, w1, 2, a_high, a_low);  // step C
+          issue_products(a_high, a_low, ks);
+          wait_products();
+          if (++ks == k_steps) {
+            break;
+          }
+        }
+      } else {
+        float values[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          fragment_values(x_tile, mt, koff_quad[0], koff_quad[4], values[mt]);
+        }
+#pragma unroll 2
+        for (int ks = 0; ks < k_steps; ++ks) {
+          uint32_t a_high[MT][4], a_low[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            split_fragment(values[mt], a_high[mt], a_low[mt]);
+          }
+          issue_products(a_high, a_low, ks);
+          // The next step's tap offsets before the wait; the last step loads its own values
+          // again (no branch in the unrolled loop).
+          const int* const next_offsets = koff_quad + 8 * (ks + 1 < k_steps ? ks + 1 : ks);
+          const int next_off0 = next_offsets[0];
+          const int next_off1 = next_offsets[4];
+          wgmma_wait<2>();
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            fragment_values(x_tile, mt, next_off0, next_off1, values[mt]);
+          }
+          wait_products();
         }
       }
 #endif
@@ -1406,74 +1524,130 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
   const conv::OnePassPlan& plan = a.plan;
   const int64_t cb = plan.cb;
   extern __shared__ __align__(16) unsigned char smem[];
-  auto* channel_moments = reinterpret_cast<norm::Moments*>(smem);            // [C_out]
-  auto* reduce = reinterpret_cast<double2*>(channel_moments + s.C_out);      // [kWarpsPerBlock]
-  double* exact_means = reinterpret_cast<double*>(reduce + kWarpsPerBlock);  // [C_out]
+  // (The 16-byte entries first: every one stays aligned.)
+  auto* channel_moments = reinterpret_cast<norm::Moments*>(smem);                 // [C_out]
+  auto* reduce = reinterpret_cast<double2*>(channel_moments + s.C_out);           // [warps]
+  auto* group_stats = reinterpret_cast<double2*>(reduce + kWarpsPerBlock);        // [G]: mean, rstd
+  double* exact_means = reinterpret_cast<double*>(group_stats + a.p.num_groups);  // [C_out]
   const int64_t n = blockIdx.x;
+  const T* conv_bias = static_cast<const T*>(a.p.conv_bias);
+  const T* gn_weight = static_cast<const T*>(a.p.gn_weight);
+  const T* gn_bias = static_cast<const T*>(a.p.gn_bias);
+  // Thread c's channel's GroupNorm affine, read now so that its latency passes with the
+  // moments' (channels past the block's threads read theirs at the end).
+  const int64_t own_channel = threadIdx.x;
+  double own_weight = 1.0, own_bias = 0.0;
+  if (own_channel < s.C_out) {
+    own_weight = gn_weight != nullptr ? ScalarOps<T>::to_double(gn_weight[own_channel]) : 1.0;
+    own_bias = gn_bias != nullptr ? ScalarOps<T>::to_double(gn_bias[own_channel]) : 0.0;
+  }
   if constexpr (std::is_same_v<T, float>) {  // (x's sums: float32 only)
     if (a.exact_sums != nullptr) {
       exact_channel_means(a, n, exact_means);
       __syncthreads();
     }
   }
-  const T* conv_bias = static_cast<const T*>(a.p.conv_bias);
-  const T* gn_weight = static_cast<const T*>(a.p.gn_weight);
-  const T* gn_bias = static_cast<const T*>(a.p.gn_bias);
 
-  // The tensor-core kernel's moments: a warp per channel, two passes over its tiles' groups'
-  // (deviations, shift, squares, count) ("parts"), in double: the mean from the total sum
-  // (count * shift + deviations per part), then M2 about it from each part's squares about its
-  // shift, d = shift - mean away:
-  //   sum over the part's y of (y - mean)^2 = squares + d * (2 * deviations + count * d)
-  // (an empty part adds nothing). Lanes over the parts, every load of a pass in flight at once
-  // (kFinalizeBatch a lane), then butterflies; the second pass reads them again from L1.
+  // The tensor-core kernel's moments: per channel, one pass over its tiles' groups'
+  // (deviations, shift, squares, count) ("parts"), in double, about a reference r (the shift of
+  // the first part that holds positions: near the data, so S2 - S1^2 / N below keeps M2's
+  // digits): a part's y sum to S1 += deviations + count * d and their squares about r to
+  // S2 += squares + d * (2 * deviations + count * d), d = shift - r; then mean = r + S1 / N and
+  // M2 = S2 - S1^2 / N (about exact means m: S2 - 2 (m - r) S1 + N (m - r)^2). A warp takes
+  // kFinalizeChannels channels at once, its lanes over the parts, every load in flight at once
+  // (kFinalizeBatch a lane and channel), then butterflies. (Two passes, the mean first, a warp
+  // per channel, its channels one after another, the affine read per GroupNorm group at the
+  // end: 9.8 us at the Conv3d headline, H200, 2026-11-29; 4 channels at once, two passes, the
+  // affine read first: 8.6 us; one pass: 7.7 us; the 4 lanes' last steps at once: 7.0 us.)
   if (plan.tensor_cores) {
     constexpr int kFinalizeBatch = 4;
+    constexpr int kFinalizeChannels = 4;
     const int lane = threadIdx.x % kWarpSize;
-    for (int64_t c = threadIdx.x / kWarpSize; c < s.C_out; c += kWarpsPerBlock) {
-      const int64_t g = c / plan.c_out_g;
-      const int64_t chunk = (c % plan.c_out_g) / cb;
-      const int64_t local = (c % plan.c_out_g) % cb;
-      // Part j: group j % groups of box j / groups, cb float4s apart.
-      const int64_t part_count = plan.boxes * conv::kOnePassTensorCoreWarpGroups;
-      const float4* const parts =
-          a.group_partials + ((g * plan.chunks + chunk) * s.N + n) * part_count * cb + local;
-      const auto load_batch = [&](int64_t first, float4(&m)[kFinalizeBatch]) {
+    const int c_out = static_cast<int>(s.C_out), c_out_g = static_cast<int>(plan.c_out_g);
+    const int chunk_channels = static_cast<int>(cb), chunks = static_cast<int>(plan.chunks);
+    // Part j of a channel: group j % groups of box j / groups, cb float4s apart.
+    const int part_count = static_cast<int>(plan.boxes) * conv::kOnePassTensorCoreWarpGroups;
+    for (int c0 = (threadIdx.x / kWarpSize) * kFinalizeChannels; c0 < c_out;
+         c0 += kWarpsPerBlock * kFinalizeChannels) {
+      const float4* parts[kFinalizeChannels];
+#pragma unroll
+      for (int i = 0; i < kFinalizeChannels; ++i) {
+        const int c = min(c0 + i, c_out - 1);  // (past C_out: the last channel again, unused)
+        const int g = c / c_out_g, chunk = (c % c_out_g) / chunk_channels;
+        const int local = (c % c_out_g) % chunk_channels;
+        parts[i] = a.group_partials +
+                   ((static_cast<int64_t>(g) * chunks + chunk) * s.N + n) * part_count * cb + local;
+      }
+      // Lane i writes channel c0 + i: its conv bias, read now.
+      const int own = c0 + lane;
+      const double bias = lane < kFinalizeChannels && own < c_out && conv_bias != nullptr
+                              ? ScalarOps<T>::to_double(conv_bias[own])
+                              : 0.0;
+      double count[kFinalizeChannels] = {}, s1[kFinalizeChannels] = {}, s2[kFinalizeChannels] = {};
+      double reference[kFinalizeChannels] = {};
+      for (int first = 0; first < part_count; first += kFinalizeBatch * kWarpSize) {
+        float4 m[kFinalizeChannels][kFinalizeBatch];
 #pragma unroll
         for (int b = 0; b < kFinalizeBatch; ++b) {
-          const int64_t j = first + b * kWarpSize + lane;
-          m[b] = j < part_count ? parts[j * cb] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          const int j = first + b * kWarpSize + lane;
+#pragma unroll
+          for (int i = 0; i < kFinalizeChannels; ++i) {
+            m[i][b] = j < part_count ? parts[i][static_cast<int64_t>(j) * cb]
+                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          }
         }
-      };
-      double count = 0.0, sum = 0.0;
-      for (int64_t first = 0; first < part_count; first += kFinalizeBatch * kWarpSize) {
-        float4 m[kFinalizeBatch];
-        load_batch(first, m);
+        if (first == 0) {  // the references: the first parts with positions
 #pragma unroll
-        for (int b = 0; b < kFinalizeBatch; ++b) {
-          count += m[b].w;
-          sum += static_cast<double>(m[b].w) * m[b].y + m[b].x;
+          for (int i = 0; i < kFinalizeChannels; ++i) {
+            float r = 0.0f;
+            bool found = false;
+#pragma unroll
+            for (int b = 0; b < kFinalizeBatch; ++b) {
+              const unsigned holders = __ballot_sync(0xffffffffu, m[i][b].w > 0.0f);
+              const float shift = __shfl_sync(0xffffffffu, m[i][b].y, max(__ffs(holders) - 1, 0));
+              r = !found && holders != 0u ? shift : r;
+              found = found || holders != 0u;
+            }
+            reference[i] = r;
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kFinalizeChannels; ++i) {
+#pragma unroll
+          for (int b = 0; b < kFinalizeBatch; ++b) {
+            // (The padding entries are zeros: count 0, no term.)
+            const double deviations = m[i][b].x, squares = m[i][b].z, part_n = m[i][b].w;
+            const double d = part_n > 0.0 ? static_cast<double>(m[i][b].y) - reference[i] : 0.0;
+            count[i] += part_n;
+            s1[i] += deviations + part_n * d;
+            s2[i] += squares + d * (2.0 * deviations + part_n * d);
+          }
         }
       }
-      count = warp_allreduce_sum(count);
-      sum = warp_allreduce_sum(sum);
-      const double mean = a.exact_sums != nullptr ? exact_means[c] : sum / count;
-      double m2 = 0.0;
-      for (int64_t first = 0; first < part_count; first += kFinalizeBatch * kWarpSize) {
-        float4 m[kFinalizeBatch];
-        load_batch(first, m);
+      // Lane i takes channel c0 + i's sums (selects: one code path for the 4 lanes).
+      double own_count = 0.0, own_s1 = 0.0, own_s2 = 0.0, own_reference = 0.0;
 #pragma unroll
-        for (int b = 0; b < kFinalizeBatch; ++b) {
-          // (The padding entries are zeros: count 0, no term.)
-          const double d = m[b].w > 0.0f ? static_cast<double>(m[b].y) - mean : 0.0;
-          m2 += static_cast<double>(m[b].z) + d * (2.0 * static_cast<double>(m[b].x) + m[b].w * d);
-        }
+      for (int i = 0; i < kFinalizeChannels; ++i) {
+        count[i] = warp_allreduce_sum(count[i]);
+        s1[i] = warp_allreduce_sum(s1[i]);
+        s2[i] = warp_allreduce_sum(s2[i]);
+        own_count = lane == i ? count[i] : own_count;
+        own_s1 = lane == i ? s1[i] : own_s1;
+        own_s2 = lane == i ? s2[i] : own_s2;
+        own_reference = lane == i ? reference[i] : own_reference;
       }
-      m2 = warp_allreduce_sum(m2);
-      if (lane == 0) {
-        const double bias = conv_bias != nullptr ? ScalarOps<T>::to_double(conv_bias[c]) : 0.0;
-        channel_moments[c] = norm::Moments{mean + bias, m2 < 0.0 ? 0.0 : m2};  // (keeps NaN)
-        static_cast<stat_t*>(a.p.channel_mean)[n * s.C_out + c] = static_cast<stat_t>(mean + bias);
+      if (lane < kFinalizeChannels && own < c_out) {
+        const double mean_offset = own_s1 / own_count;  // (mean - reference)
+        double mean = own_reference + mean_offset;
+        double m2 = own_s2 - own_s1 * mean_offset;
+        if (a.exact_sums != nullptr) {
+          mean = exact_means[own];
+          const double e = mean - own_reference;
+          m2 = own_s2 - 2.0 * e * own_s1 + own_count * e * e;
+        }
+        channel_moments[own] = norm::Moments{mean + bias, m2 < 0.0 ? 0.0 : m2};  // (keeps NaN)
+        static_cast<stat_t*>(a.p.channel_mean)[n * s.C_out + own] =
+            static_cast<stat_t>(mean + bias);
       }
     }
   }
@@ -1524,21 +1698,29 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
   }
   __syncthreads();
 
-  // GroupNorm's groups: equal-sized channels combined, then each channel's term of out[n].
+  // GroupNorm's groups: equal-sized channels combined (a thread per group), then each
+  // channel's term of out[n] (a thread per channel), summed over the block.
   const int64_t G = a.p.num_groups;
   const int64_t Cg = s.C_out / G;
   const double spatial = static_cast<double>(s.Do * s.Ho * s.Wo);
-  double total = 0.0;
   for (int64_t gg = threadIdx.x; gg < G; gg += kThreads) {
     const norm::Moments m = norm::combine_equal_parts(&channel_moments[gg * Cg], Cg, spatial);
     const double rstd = norm::rstd_from_m2(m.m2, spatial * static_cast<double>(Cg), a.p.eps);
     static_cast<stat_t*>(a.p.mean)[n * G + gg] = static_cast<stat_t>(m.mean);
     static_cast<stat_t*>(a.p.rstd)[n * G + gg] = static_cast<stat_t>(rstd);
-    for (int64_t c = gg * Cg; c < (gg + 1) * Cg; ++c) {
-      const double w = gn_weight != nullptr ? ScalarOps<T>::to_double(gn_weight[c]) : 1.0;
-      const double b = gn_bias != nullptr ? ScalarOps<T>::to_double(gn_bias[c]) : 0.0;
-      total += norm::group_norm_mean_channel_term(channel_moments[c].mean - m.mean, rstd, w, b);
-    }
+    group_stats[gg] = make_double2(m.mean, rstd);
+  }
+  __syncthreads();
+  double total = 0.0;
+  for (int64_t c = threadIdx.x; c < s.C_out; c += kThreads) {
+    const double w = c == own_channel
+                         ? own_weight
+                         : (gn_weight != nullptr ? ScalarOps<T>::to_double(gn_weight[c]) : 1.0);
+    const double b = c == own_channel
+                         ? own_bias
+                         : (gn_bias != nullptr ? ScalarOps<T>::to_double(gn_bias[c]) : 0.0);
+    const double2 group = group_stats[c / Cg];
+    total += norm::group_norm_mean_channel_term(channel_moments[c].mean - group.x, group.y, w, b);
   }
   const double2 sum = block_reduce_sum(make_double2(total, 0.0), reduce);
   if (threadIdx.x == 0) {
@@ -1642,10 +1824,10 @@ cudaError_t launch_kernels(Kernel moments, const KernelArgs& args, cudaStream_t 
     const ExactMeansWorkspace ws = carve_exact_means(args.p, args.plan, args.partials);
     FUSED_OPS_RETURN_IF_CUDA_ERROR(launch_exact_sums(args, ws, stream));
   }
-  // The channels' moments, the block sum's scratch, the exact means.
+  // The channels' moments, the block sum's scratch, the groups' statistics, the exact means.
   const size_t finalize_smem =
       static_cast<size_t>(args.p.conv.C_out) * (sizeof(norm::Moments) + sizeof(double)) +
-      kWarpsPerBlock * sizeof(double2);
+      kWarpsPerBlock * sizeof(double2) + static_cast<size_t>(args.p.num_groups) * sizeof(double2);
   FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaFuncSetAttribute(onepass_finalize_kernel<T>,
                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       static_cast<int>(finalize_smem)));
@@ -1690,8 +1872,12 @@ cudaError_t launch_tensor_core_kernel(const KernelArgs& args, bool wgmma, cudaSt
   if (args.plan.capacity != conv::onepass_tensor_core_capacity(wgmma)) {
     return cudaErrorInvalidValue;
   }
-  return wgmma ? launch_kernels<float>(onepass_tensor_core_kernel<NT, true>, args, stream)
-               : launch_kernels<float>(onepass_tensor_core_kernel<NT, false>, args, stream);
+  // (FUSED_OPS_ONEPASS_WINDOWS=0: the plan's windows off, for comparisons.)
+  if (wgmma && args.plan.windows && !env_switch_off("FUSED_OPS_ONEPASS_WINDOWS")) {
+    return launch_kernels<float>(onepass_tensor_core_kernel<NT, true, true>, args, stream);
+  }
+  return wgmma ? launch_kernels<float>(onepass_tensor_core_kernel<NT, true, false>, args, stream)
+               : launch_kernels<float>(onepass_tensor_core_kernel<NT, false, false>, args, stream);
 }
 
 template <typename T>

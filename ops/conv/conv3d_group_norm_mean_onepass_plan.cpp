@@ -158,8 +158,9 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
       s.Ho <= 0 || s.Wo <= 0) {
     return plan;
   }
-  // The finalize kernel keeps every channel's moments in shared memory.
-  if (static_cast<size_t>(s.C_out) * 2 * sizeof(double) + 256 * sizeof(double) > smem_limit) {
+  // The finalize kernel keeps every channel's moments and exact mean, and every GroupNorm
+  // group's statistics (at most one group per channel), in shared memory.
+  if (static_cast<size_t>(s.C_out) * 5 * sizeof(double) + 256 * sizeof(double) > smem_limit) {
     return plan;
   }
   const size_t acc_bytes = dtype == ScalarKind::kDouble ? 8 : 4;
@@ -284,6 +285,20 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
   }
   plan.scratch_offset = plan.footprint_offset + (plan.tma_footprint ? kOnePassTmaAlignSlack : 0) +
                         plan.footprint_buffers * plan.footprint_bytes;
+  // Windows: each quad of lanes takes ceil(rows / 4) triples, 3 slots each, 2 slots a K step;
+  // only where that is no more K steps than the taps' own (at the Conv3d headline, 27 rows:
+  // 11 steps either way).
+  if (plan.tensor_cores && wgmma && s.kW == 3 && s.stride[2] == 1 && s.dilation[2] == 1 &&
+      plan.TW % 6 == 0 && plan.row_pitch % 2 == 0 && plan.plane_pitch % 2 == 0 &&
+      plan.channel_pitch % 2 == 0) {
+    const int64_t rows = plan.c_in_g * s.kD * s.kH;
+    const int64_t k_steps = ceil_div(3 * ceil_div(rows, 4), 2);
+    if (8 * k_steps == plan.k_pad) {
+      plan.windows = true;
+      plan.window_rows = rows;
+      plan.window_triples = ceil_div(2 * k_steps, 3);  // those with a slot below 2 * k_steps
+    }
+  }
   plan.boxes_d = ceil_div(s.Do, plan.TD);
   plan.boxes_h = ceil_div(s.Ho, plan.TH);
   plan.boxes_w = ceil_div(s.Wo, plan.TW);

@@ -102,6 +102,13 @@ struct OnePassPlan {
   // (0: none). Tensor-map plans keep it for the asynchronous copies that run where the map
   // is not used.
   size_t row_table_offset = 0;
+  // The wgmma kernel's window loads (conv3d_group_norm_mean_onepass_cuda.cu, "Windows"): where
+  // kW = 3 with stride and dilation 1 along W, TW is a multiple of 6, the footprint's pitches
+  // are even and the K steps stay as many. A thread's 6 rows are then 6 consecutive positions
+  // along W, and its taps come in triples (kw = 0, 1, 2) of the kernel's window_rows = c_in_g *
+  // kD * kH rows, window_triples of them per quad of lanes (padding rows included).
+  bool windows = false;
+  int64_t window_rows = 0, window_triples = 0;
   int64_t boxes_d = 0, boxes_h = 0, boxes_w = 0, boxes = 0;  // boxes per sample
   int64_t tiles = 0;  // blocks' work items: N * groups * chunks * boxes
   // Shared memory, in bytes: the weights at 0, then the taps' offsets, the footprint buffers,
