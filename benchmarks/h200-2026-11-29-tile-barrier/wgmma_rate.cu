@@ -4,7 +4,8 @@
 // the grid is blocks/SM x the SMs. Build and run on an sm_90 device (notes.txt, section 7; its
 // output: call2-wgmma-rate.txt):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a wgmma_rate.cu -o wgmma_rate
-// wgmma_wrappers.inc holds one wrapper per N (the accumulators' registers listed out).
+// wgmma_wrappers.inc holds one wrapper per N (the accumulators' registers listed out) and the
+// other wgmma helpers (moved there on 2026-11-29 for k_step_parts.cu, unchanged).
 // (Mode 2 is serialized by ptxas, C7511, for want of registers at 2 blocks per SM: it measures
 // the products one after another, not two steps in flight.)
 #include <cuda_runtime.h>
@@ -23,25 +24,6 @@
 
 #include "wgmma_wrappers.inc"
 
-__device__ __forceinline__ uint64_t desc(uint32_t tile) {
-  return static_cast<uint64_t>((tile >> 4) & 0x3fffu) | (uint64_t{1} << 16) |
-         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
-}
-__device__ __forceinline__ void fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int P>
-__device__ __forceinline__ void wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(P) : "memory");
-}
-template <int R>
-__device__ __forceinline__ void facc(float (&d)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 __device__ __forceinline__ void split(float v, uint32_t& hi, uint32_t& lo) {
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(v));
   lo = __float_as_uint(v - __uint_as_float(hi));
