@@ -7,8 +7,8 @@
 // signed and the RMS relative error of the sums, per operand distribution: a mean near -RMS says
 // "toward zero", a mean near 0 says "to nearest". (The one-pass forward's scale-test miss is
 // modelled by a uniform shrink of ~4.5e-7 of the convolution output:
-// benchmarks/h200-2026-11-29-tile-barrier/notes.txt, section 4.) Written 2026-11-29 and
-// compiled, not yet run on a device.
+// benchmarks/h200-2026-11-29-tile-barrier/notes.txt, section 4.) Run on an H200 on 2026-11-29:
+// toward zero (benchmarks/h200-2026-11-29-k-step-parts/, section 2).
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a tf32_accumulation_bias.cu \
 //     -o tf32_accumulation_bias && ./tf32_accumulation_bias
 #include "standalone_cuda.cuh"
