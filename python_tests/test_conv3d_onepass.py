@@ -751,10 +751,10 @@ def test_tensor_map_footprints_match_the_asynchronous_copies(name, monkeypatch):
 # (input shape, C_out, kernel, GroupNorm groups, other arguments) of problems whose float32
 # forward on wgmma loads its values in windows (OnePassPlan::windows: kW = 3 with stride and
 # dilation 1 along W, boxes along W a multiple of 6 wide; cpp_tests/test_conv_ops.cpp checks the
-# plans): 27 kernel rows (7 triples per quad of lanes, the last padding), padding along every
-# dim (asynchronous copies), conv groups of 4 input channels (36 rows: 9 triples), stride and
-# dilation along D and H, N = 1 with boxes overhanging the output; chunks of 8, 16, 24 and 40
-# channels.
+# plans): 27 kernel rows (7 triples per quad of lanes, quad 3's last one padding, and a padding
+# slot after them), padding along every dim (asynchronous copies), conv groups of 4 input
+# channels (36 rows: 9 triples per quad and a padding slot), stride and dilation along D and H,
+# N = 1 with boxes overhanging the output; chunks of 8, 16, 24 and 40 channels.
 WINDOW_CASES = {
     "c_out_8": ((2, 3, 6, 8, 32), 8, 3, 4, {}),
     "padded": ((2, 3, 5, 7, 12), 24, 3, 8, dict(padding=1)),
@@ -768,21 +768,44 @@ WINDOW_CASES = {
 @pytest.mark.parametrize("name", list(WINDOW_CASES))
 def test_window_loads_against_float64(name, monkeypatch):
     """Where the float32 forward on wgmma loads its values in windows (the plans:
-    cpp_tests/test_conv_ops.cpp), against float64, with autograd (its training forward) and
-    without; and with the windows switched off (FUSED_OPS_ONEPASS_WINDOWS=0: the same products
-    in another order), against float64 too. (Both outputs may be the same bits: out[n] is one
-    float32 per sample, whose rounding can hide the orders' difference.) Inputs from torch.rand,
-    random GroupNorm affine and conv bias."""
+    cpp_tests/test_conv_ops.cpp; on wgmma the profile names the kernel that ran), against
+    float64, with autograd (its training forward) and without; and with the windows switched off
+    (FUSED_OPS_ONEPASS_WINDOWS=0: the same products in another order), against float64 too.
+    (Both outputs may be the same bits: out[n] is one float32 per sample, whose rounding can
+    hide the orders' difference.) Inputs from torch.rand, random GroupNorm affine and conv
+    bias."""
     shape, c_out, k, num_groups, kw = WINDOW_CASES[name]
     args = conv3d_args(shape, c_out, k, num_groups, **kw, device="cuda", requires_grad=False)
     args[0] = torch.rand_like(args[0])
     path, _ = _check(args, torch.float32)
     assert path == "onepass"
+    wgmma = fused_ops.onepass_products_kernel() == "wgmma"
+    if wgmma:  # (onepass_tensor_core_kernel<NT, wgmma, windows>)
+        assert _tensor_core_kernels(args) == {"true, true"}
     check_against_reference(
         OP, detach_args(args, requires_grad=True), grad_rtol=1e-4, grad_atol=5e-5
     )
     monkeypatch.setenv("FUSED_OPS_ONEPASS_WINDOWS", "0")
     _check(args, torch.float32)
+    if wgmma:
+        assert _tensor_core_kernels(args) == {"true, false"}
+
+
+def _tensor_core_kernels(args) -> set:
+    """The template arguments after NT of the one-pass tensor-core kernels that a forward
+    without autograd launches (from the CUDA profile's kernel names)."""
+    with (
+        torch.no_grad(),
+        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof,
+    ):
+        torch.ops.fused.conv3d_group_norm_mean(*args)
+        torch.cuda.synchronize()
+    kernel = "onepass_tensor_core_kernel<"
+    return {
+        e.key.split(kernel, 1)[1].split(">", 1)[0].split(", ", 1)[1]
+        for e in prof.key_averages()
+        if kernel in e.key
+    }
 
 
 @requires_cuda

@@ -1041,9 +1041,9 @@ __global__ void __launch_bounds__(kThreads, 2)
         //   step C: (j + 1, 1), (j + 1, 2).
         // Each step splits its values straight from the windows into the products' registers.
         // (What slows the products is the loaded registers more than the banks: in a
-        // microbenchmark of the step, 12 loads a step at one address for the whole warp cost
-        // 82% of the time that 12 at 32 distinct addresses did, and 6 of them 56%:
-        // benchmarks/h200-2026-11-29-k-step-parts.)
+        // microbenchmark of the step, 12 loads a step at one address for the whole warp added
+        // 82% of the cycles that 12 at 32 distinct addresses added, and 6 at distinct
+        // addresses 56%: benchmarks/h200-2026-11-29-k-step-parts.)
         const int* const triples = koff_s + quad;  // triples[4 j]: (j, 0)'s offset from P's
         const int last_triple = static_cast<int>(plan.window_triples) - 1;
         // Triple j's offset (past the last triple's, the last's again: no branch).
@@ -1072,7 +1072,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         };
         // (Each window's offset read before its step's first wait, as the values' offsets
         // below. Read after it, the window's address waited on it: short-scoreboard stalls on
-        // the add, 8% of the kernel's samples; the time moved within the calls' spread,
+        // the adds, ~7% of the kernel's samples; the time moved within the calls' spread,
         // 156.1 -> 154.7-155.9 us at the headline, H200, 2026-11-29.)
         float w0[8], w1[8];
         load_window(w0, triple_offset(0));
@@ -1557,8 +1557,9 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
   // kFinalizeChannels channels at once, its lanes over the parts, every load in flight at once
   // (kFinalizeBatch a lane and channel), then butterflies. (Two passes, the mean first, a warp
   // per channel, its channels one after another, the affine read per GroupNorm group at the
-  // end: 9.8 us at the Conv3d headline, H200, 2026-11-29; 4 channels at once, two passes, the
-  // affine read first: 8.6 us; one pass: 7.7 us; the 4 lanes' last steps at once: 7.0 us.)
+  // end: 9.8-10.0 us at the Conv3d headline, H200, 2026-11-29; 4 channels at once, two passes,
+  // the affine read first: 8.6 us; one pass: 7.6-7.8 us; the 4 lanes' last steps at once:
+  // 6.9-7.0 us.)
   if (plan.tensor_cores) {
     constexpr int kFinalizeBatch = 4;
     constexpr int kFinalizeChannels = 4;
