@@ -409,6 +409,20 @@ fused_ops::conv::Conv3dShape stride1_shape(std::array<int64_t, 5> x, int64_t c_o
   s.groups = groups;
   return s;
 }
+
+// A float32 problem's one-pass plans with tensor cores on an H100's opt-in shared memory per
+// block: on wgmma and on mma.sync.
+struct TensorCorePlans {
+  fused_ops::conv::OnePassPlan wgmma, mma_sync;
+};
+TensorCorePlans tensor_core_plans(const fused_ops::conv::Conv3dShape& s) {
+  constexpr size_t kH100 = 232448;
+  using fused_ops::ScalarKind;
+  return {fused_ops::conv::plan_conv3d_group_norm_mean_onepass(s, ScalarKind::kFloat, kH100, true,
+                                                               /*wgmma=*/true),
+          fused_ops::conv::plan_conv3d_group_norm_mean_onepass(s, ScalarKind::kFloat, kH100, true,
+                                                               /*wgmma=*/false)};
+}
 }  // namespace
 
 // lag_tap_range is the one definition of a position's tap range (the plan, the table kernel and
@@ -661,9 +675,7 @@ TEST_CASE("one-pass plans fall back to the direct kernel where tensor-core footp
 // tiles a warp; 512 on mma.sync, which never uses the map); python_tests/test_conv3d_onepass.py's
 // TMA_CASES run these problems.
 TEST_CASE("one-pass plans copy footprints with tensor maps on wgmma", "[conv][cpu][onepass]") {
-  using fused_ops::ScalarKind;
   namespace conv = fused_ops::conv;
-  constexpr size_t kH100 = 232448;
   struct Case {
     conv::Conv3dShape s;
     bool tma;
@@ -682,10 +694,7 @@ TEST_CASE("one-pass plans copy footprints with tensor maps on wgmma", "[conv][cp
   };
   for (const Case& c : cases) {
     INFO("W " << c.s.W << ", padding " << c.s.padding[2] << ", groups " << c.s.groups);
-    const conv::OnePassPlan plan = conv::plan_conv3d_group_norm_mean_onepass(
-        c.s, ScalarKind::kFloat, kH100, true, /*wgmma=*/true);
-    const conv::OnePassPlan mma_sync =
-        conv::plan_conv3d_group_norm_mean_onepass(c.s, ScalarKind::kFloat, kH100, true, false);
+    const auto [plan, mma_sync] = tensor_core_plans(c.s);
     REQUIRE(plan.supported);
     REQUIRE(plan.tensor_cores);
     CHECK(plan.tma_footprint == c.tma);
@@ -727,9 +736,7 @@ TEST_CASE("one-pass plans copy footprints with tensor maps on wgmma", "[conv][cp
 // pitches are even and the windows' triples take no more K steps than the taps;
 // python_tests/test_conv3d_onepass.py's WINDOW_CASES run the problems that take them.
 TEST_CASE("one-pass plans load windows on wgmma", "[conv][cpu][onepass]") {
-  using fused_ops::ScalarKind;
   namespace conv = fused_ops::conv;
-  constexpr size_t kH100 = 232448;
   struct Case {
     conv::Conv3dShape s;
     bool windows;
@@ -766,10 +773,7 @@ TEST_CASE("one-pass plans load windows on wgmma", "[conv][cpu][onepass]") {
   for (const Case& c : cases) {
     INFO("C_in " << c.s.C_in << ", W " << c.s.W << ", kW " << c.s.kW << ", stride " << c.s.stride[0]
                  << "," << c.s.stride[2] << ", groups " << c.s.groups);
-    const conv::OnePassPlan plan = conv::plan_conv3d_group_norm_mean_onepass(
-        c.s, ScalarKind::kFloat, kH100, true, /*wgmma=*/true);
-    const conv::OnePassPlan mma_sync =
-        conv::plan_conv3d_group_norm_mean_onepass(c.s, ScalarKind::kFloat, kH100, true, false);
+    const auto [plan, mma_sync] = tensor_core_plans(c.s);
     REQUIRE(plan.supported);
     REQUIRE(plan.tensor_cores);
     CHECK(plan.windows == c.windows);
