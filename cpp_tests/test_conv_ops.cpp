@@ -5,6 +5,7 @@
 #include "conv/conv_kernels.h"
 #include "test_utils.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -750,19 +751,23 @@ TEST_CASE("one-pass plans load windows on wgmma", "[conv][cpu][onepass]") {
       stride1_shape({2, 3, 6, 7, 26}, 16, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1);
   strided_w.stride[2] = 2, strided_w.Wo = (strided_w.W - 2 - 1) / 2 + 1;
   const Case cases[] = {
-      // The Conv3d headline: 27 kernel rows, 11 K steps, 8 triples with a slot in them.
-      {stride1_shape({128, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 27, 8},
-      {stride1_shape({2, 3, 6, 8, 32}, 8, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 27, 8},
+      // The Conv3d headline: 27 kernel rows, 7 triples a quad of lanes (quad 3's last one
+      // padding), 11 K steps (3 pairs of triples, then the odd one).
+      {stride1_shape({128, 3, 24, 32, 32}, 24, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 27, 7},
+      {stride1_shape({2, 3, 6, 8, 32}, 8, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 27, 7},
       // cpp_tests/test_utils.h's conv3d_cases: output rows of 6.
-      {stride1_shape({2, 3, 5, 6, 8}, 8, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 27, 8},
+      {stride1_shape({2, 3, 5, 6, 8}, 8, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 27, 7},
       // Padding along every dim, one along W (asynchronous copies).
-      {stride1_shape({2, 3, 5, 7, 12}, 24, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1), true, 27, 8},
-      // Conv groups of 4 input channels: 36 rows, 14 K steps either way.
-      {stride1_shape({1, 8, 4, 5, 20}, 40, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 2), true, 36, 10},
+      {stride1_shape({2, 3, 5, 7, 12}, 24, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, 1), true, 27, 7},
+      // Conv groups of 4 input channels: 36 rows, 9 triples, 14 K steps either way.
+      {stride1_shape({1, 8, 4, 5, 20}, 40, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 2), true, 36, 9},
       // Stride and dilation along D and H.
-      {strided, true, 27, 8},
+      {strided, true, 27, 7},
       // N = 1, boxes overhanging the output along D and H.
-      {stride1_shape({1, 3, 7, 9, 38}, 16, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 27, 8},
+      {stride1_shape({1, 3, 7, 9, 38}, 16, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 27, 7},
+      // 5 input channels, kernel 2 x 3 x 3: 30 rows, 8 triples (an even count: no odd last
+      // one), 12 K steps.
+      {stride1_shape({2, 5, 4, 5, 26}, 16, {2, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 30, 8},
       // Not: Wo = 32 (boxes of 32), kW = 2, stride 2 along W, one input channel (9 rows: 5 K
       // steps in triples against 4).
       {stride1_shape({2, 3, 6, 8, 34}, 16, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), false, 0, 0},
@@ -786,6 +791,27 @@ TEST_CASE("one-pass plans load windows on wgmma", "[conv][cpu][onepass]") {
     CHECK(plan.window_triples == c.triples);
     // The taps' offsets take 4 ints per triple, within the k_pad ints the plan keeps for them.
     CHECK(4 * plan.window_triples <= plan.k_pad);
+    // The K columns take every tap once (the rest are padding), and a K step's columns of one
+    // quad of lanes take taps of one kw (but in an odd last triple) from two kernel rows.
+    std::vector<int> taken(static_cast<size_t>(plan.K), 0);
+    for (int k = 0; k < plan.k_pad; ++k) {
+      const int tap = fused_ops::conv::onepass_window_tap(k, plan);
+      REQUIRE(tap >= -1);
+      REQUIRE(tap < plan.K);
+      if (tap >= 0) {
+        ++taken[static_cast<size_t>(tap)];
+      }
+    }
+    CHECK(std::count(taken.begin(), taken.end(), 1) == plan.K);
+    const int pair_steps = 3 * static_cast<int>(plan.window_triples / 2);
+    for (int ks = 0; ks < pair_steps; ++ks) {
+      for (int q = 0; q < 4; ++q) {
+        const int first = fused_ops::conv::onepass_window_tap(8 * ks + q, plan);
+        const int second = fused_ops::conv::onepass_window_tap(8 * ks + 4 + q, plan);
+        CHECK(first % 3 == ks % 3);
+        CHECK((second < 0 || second % 3 == ks % 3));
+      }
+    }
     CHECK(plan.row_pitch % 2 == 0);
     CHECK(plan.plane_pitch % 2 == 0);
     CHECK(plan.channel_pitch % 2 == 0);

@@ -238,16 +238,6 @@ __device__ __forceinline__ int tap_offset(int k, const conv::OnePassPlan& plan,
              : tap_offset_in_layout(k, s, plan.row_pitch, plan.plane_pitch, plan.channel_pitch);
 }
 
-// Windows (OnePassPlan::windows): the tap of column k of the products' K. K step ks = k / 8
-// gives quad q = k % 4 its slots 2 ks (column q) and 2 ks + 1 (column q + 4); quad q's slot u
-// is kw = u % 3 of its triple u / 3, the taps 3 R, 3 R + 1, 3 R + 2 of kernel row R = 4 (u / 3)
-// + q, an (input channel, kd, kh). -1: a padding column (weight 0).
-__device__ __forceinline__ int window_tap(int k, const conv::OnePassPlan& plan) {
-  const int slot = 2 * (k / 8) + (k % 8) / 4;
-  const int row = 4 * (slot / 3) + k % 4;
-  return row < plan.window_rows ? 3 * row + slot % 3 : -1;
-}
-
 // A box position's offset in the footprint, and its (td, th, tw) packed in 10-bit fields
 // (box sides are at most 1024); a slot past the box gets offset 0 and a coordinate that no
 // tile's extent admits. The same for every tile: computed once per thread.
@@ -745,7 +735,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int h = 0; h < 2; ++h) {
       // (Windows: the thread's 6 positions in a row along W, o = 2 mt + h.)
       row[mt][h] = box_position(
-          kWindows ? 6 * (warp * 8 + group) + 2 * mt + h : (warp * MT + mt) * 16 + group + 8 * h,
+          kWindows ? 6 * (warp * 8 + group) + mt + 3 * h : (warp * MT + mt) * 16 + group + 8 * h,
           plan, s);
       row_first_tap[mt][h] = row[mt][h].offset * static_cast<int>(sizeof(float));
     }
@@ -788,7 +778,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int n = (i / 32) % CB;
         const int k = (i / (32 * CB)) * 32 + k_in_block;
         const int64_t c = t.c0 + n;
-        const int tap = kWindows ? window_tap(k, plan) : (k < K ? k : -1);
+        const int tap = kWindows ? conv::onepass_window_tap(k, plan) : (k < K ? k : -1);
         uint32_t high, low;
         split_tf32(c < t.c_end && tap >= 0 ? weight[c * K + tap] : 0.0f, high, low);
         const uint32_t at = b_tiles + static_cast<uint32_t>(i / 32) * 128u +
@@ -1029,17 +1019,21 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       };
       if constexpr (kWindows) {
-        // Windows. Thread (group, quad) of warp w holds positions P + o, o = 2 mt + h (its
+        // Windows. Thread (group, quad) of warp w holds positions P + o, o = mt + 3 h (its
         // rows group + 8 h of m16 tile mt), P = 6 (8 w + group), in a row along W; its slots
         // of the K steps go through the taps of its kernel rows 4 j + quad in triples, kw = 0,
-        // 1, 2 (window_tap). Position o's tap kw of triple j is then window element o + kw of
-        // the 8 values from P's tap (j, kw = 0): 8 loads (4 of 8 bytes: P's offsets and the
-        // pitches are even) per triple where the values took 18. Three k steps take two
-        // triples, j (in w0) and j + 1 (in w1):
-        //   step A: slots (j, 0), (j, 1); during its products, j + 1's window loads into w1;
-        //   step B: (j, 2), (j + 1, 0); j + 2's window loads into w0, free again;
-        //   step C: (j + 1, 1), (j + 1, 2).
-        // Each step splits its values straight from the windows into the products' registers.
+        // 1, 2 (conv::onepass_window_tap). Position o's tap kw of triple j is then window
+        // element o + kw of the 8 values from P's tap (j, kw = 0): 8 loads (4 of 8 bytes: P's
+        // offsets and the pitches are even) per triple where the values took 18. Three k steps
+        // take a pair of triples, j in w0 (column quad) and j + 1 in w1 (column quad + 4), one
+        // kw a step; during the third step's products the next pair's windows load. A step's
+        // 12 values are then 12 different window elements, split straight into the products'
+        // registers: no value is copied from one fragment's registers to another's. (With the
+        // triple's slots in order instead, (j, 0), (j, 1) | (j, 2), (j + 1, 0) | (j + 1, 1),
+        // (j + 1, 2), and o = 2 mt + h, a step's fragments shared values and ptxas copied them,
+        // and the high parts too for their second product: 50 moves in the k loop's 182
+        // instructions per 3 steps, 25 of 144 now, and no spills where there were 36 bytes;
+        // ptxas of 2026-11-29.) An odd last triple takes 2 steps from w0.
         // (What slows the products is the loaded registers more than the banks: in a
         // microbenchmark of the step, 12 loads a step at one address for the whole warp added
         // 82% of the cycles that 12 at 32 distinct addresses added, and 6 at distinct
@@ -1064,10 +1058,10 @@ __global__ void __launch_bounds__(kThreads, 2)
                                        uint32_t (&a_high)[MT][4], uint32_t (&a_low)[MT][4]) {
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-            split_tf32(wq[2 * mt + kq], a_high[mt][0], a_low[mt][0]);
-            split_tf32(wq[2 * mt + 1 + kq], a_high[mt][1], a_low[mt][1]);
-            split_tf32(wq4[2 * mt + kq4], a_high[mt][2], a_low[mt][2]);
-            split_tf32(wq4[2 * mt + 1 + kq4], a_high[mt][3], a_low[mt][3]);
+            split_tf32(wq[mt + kq], a_high[mt][0], a_low[mt][0]);
+            split_tf32(wq[mt + 3 + kq], a_high[mt][1], a_low[mt][1]);
+            split_tf32(wq4[mt + kq4], a_high[mt][2], a_low[mt][2]);
+            split_tf32(wq4[mt + 3 + kq4], a_high[mt][3], a_low[mt][3]);
           }
         };
         // (Each window's offset read before its step's first wait, as the values' offsets
@@ -1076,34 +1070,36 @@ __global__ void __launch_bounds__(kThreads, 2)
         // 156.1 -> 154.7-155.9 us at the headline, H200, 2026-11-29.)
         float w0[8], w1[8];
         load_window(w0, triple_offset(0));
+        load_window(w1, triple_offset(1));
         int ks = 0;
+        const int pair_steps = 3 * (static_cast<int>(plan.window_triples) / 2);
 #pragma unroll 1
-        for (int j = 0;; j += 2) {
+        for (int j = 0; ks < pair_steps; j += 2) {
           uint32_t a_high[MT][4], a_low[MT][4];
-          split_windows(w0, 0, w0, 1, a_high, a_low);  // step A
+          split_windows(w0, 0, w1, 0, a_high, a_low);  // step A
           issue_products(a_high, a_low, ks);
-          const int offset1 = triple_offset(j + 1);
+          wait_products();
+          split_windows(w0, 1, w1, 1, a_high, a_low);  // step B
+          issue_products(a_high, a_low, ks + 1);
+          const int offset0 = triple_offset(j + 2), offset1 = triple_offset(j + 3);
+          wait_products();
+          split_windows(w0, 2, w1, 2, a_high, a_low);  // step C
+          issue_products(a_high, a_low, ks + 2);
           wgmma_wait<2>();
+          load_window(w0, offset0);
           load_window(w1, offset1);
           wait_products();
-          if (++ks == k_steps) {
-            break;
-          }
-          split_windows(w0, 2, w1, 0, a_high, a_low);  // step B
-          issue_products(a_high, a_low, ks);
-          const int offset2 = triple_offset(j + 2);
-          wgmma_wait<2>();
-          load_window(w0, offset2);
-          wait_products();
-          if (++ks == k_steps) {
-            break;
-          }
-          split_windows(w1, 1, w1, 2, a_high, a_low);  // step C
+          ks += 3;
+        }
+        if (ks < k_steps) {  // the odd last triple, in w0
+          uint32_t a_high[MT][4], a_low[MT][4];
+          split_windows(w0, 0, w0, 1, a_high, a_low);
           issue_products(a_high, a_low, ks);
           wait_products();
-          if (++ks == k_steps) {
-            break;
-          }
+          // (The padding column: tap 2 again, an input of the position's own window.)
+          split_windows(w0, 2, w0, 2, a_high, a_low);
+          issue_products(a_high, a_low, ks + 1);
+          wait_products();
         }
       } else {
         float values[MT][4];

@@ -285,18 +285,18 @@ OnePassPlan plan_onepass(const Conv3dShape& s, ScalarKind dtype, size_t smem_lim
   }
   plan.scratch_offset = plan.footprint_offset + (plan.tma_footprint ? kOnePassTmaAlignSlack : 0) +
                         plan.footprint_buffers * plan.footprint_bytes;
-  // Windows: each quad of lanes takes ceil(rows / 4) triples, 3 slots each, 2 slots a K step;
-  // only where that is no more K steps than the taps' own (at the Conv3d headline, 27 rows:
-  // 11 steps either way).
+  // Windows: each quad of lanes takes ceil(rows / 4) triples, 3 slots each, 2 slots a K step
+  // (pairs of triples in 3 steps, an odd last one in 2); only where that is no more K steps
+  // than the taps' own (at the Conv3d headline, 27 rows: 11 steps either way).
   if (plan.tensor_cores && wgmma && s.kW == 3 && s.stride[2] == 1 && s.dilation[2] == 1 &&
       plan.TW % 6 == 0 && plan.row_pitch % 2 == 0 && plan.plane_pitch % 2 == 0 &&
       plan.channel_pitch % 2 == 0) {
     const int64_t rows = plan.c_in_g * s.kD * s.kH;
-    const int64_t k_steps = ceil_div(3 * ceil_div(rows, 4), 2);
-    if (8 * k_steps == plan.k_pad) {
+    const int64_t triples = ceil_div(rows, 4);
+    if (8 * ceil_div(3 * triples, 2) == plan.k_pad) {
       plan.windows = true;
       plan.window_rows = rows;
-      plan.window_triples = ceil_div(2 * k_steps, 3);  // those with a slot below 2 * k_steps
+      plan.window_triples = triples;
     }
   }
   plan.boxes_d = ceil_div(s.Do, plan.TD);

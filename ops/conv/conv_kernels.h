@@ -157,6 +157,30 @@ constexpr int64_t kOnePassTensorCoreMaxReduction = 128;
 constexpr int64_t kOnePassDirectCapacity = 1024;
 constexpr int64_t kOnePassTensorCoreCapacity = 512;
 constexpr int64_t kOnePassWgmmaCapacity = 384;
+// Windows (OnePassPlan::windows): the tap of column k of the wgmma kernel's K. Quad q = k % 4
+// of the lanes takes triples j = 0, 1, ... of taps 3 R, 3 R + 1, 3 R + 2 (kw = 0, 1, 2) of
+// kernel row R = 4 j + q, an (input channel, kd, kh); column q of a K step belongs to one
+// triple, column q + 4 to another. The triples go in pairs (2 p, 2 p + 1), 3 K steps a pair:
+// step 3 p + kw takes tap kw of triple 2 p in column q and of triple 2 p + 1 in column q + 4,
+// so that a step's 12 values of a thread are 12 different inputs (no value copied between the
+// products' registers). An odd last triple takes 2 steps: (kw 0, kw 1), then (kw 2, padding).
+// -1: a padding column (weight 0).
+FUSED_OPS_HOST_DEVICE int onepass_window_tap(int k, const OnePassPlan& plan) {
+  const int ks = k / 8, second = (k % 8) / 4;
+  const int triples = static_cast<int>(plan.window_triples);
+  const int pair_steps = 3 * (triples / 2);
+  int j, kw;
+  if (ks < pair_steps) {
+    j = 2 * (ks / 3) + second;
+    kw = ks % 3;
+  } else {  // the odd last triple
+    j = triples - 1;
+    kw = 2 * (ks - pair_steps) + second;
+  }
+  const int row = 4 * j + k % 4;
+  return kw < 3 && row < plan.window_rows ? 3 * row + kw : -1;
+}
+
 // The tensor-core kernel's groups of 4 warps (a warpgroup with wgmma products), each of which
 // writes its own moments of a tile.
 constexpr int64_t kOnePassTensorCoreWarpGroups = 2;
