@@ -983,8 +983,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       uint64_t b_high = k_major_swizzled_descriptor(b_tiles);
       const uint64_t b_low_minus_high = b_part_bytes >> 4;
       // Issues k step ks's products, from A split into a_high and a_low, in three commit groups.
-      const auto issue_products = [&](const uint32_t (&a_high)[MT][4],
-                                      const uint32_t (&a_low)[MT][4], int ks) {
+      // (a_high[mt], a_low[mt]: tile mt's quads.)
+      const auto issue_products = [&](const uint32_t (*a_high)[4], const uint32_t (*a_low)[4],
+                                      int ks) {
         const uint64_t b_low = b_high + b_low_minus_high;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -1219,6 +1220,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       __syncthreads();
     }
   }
+  // The finalize kernel, launched as this one's programmatic dependent, may start once every
+  // block got here. (At the kernel's start instead, ptxas of 2026-11-29 spilled 32 bytes where
+  // it spills none, and the dependent's blocks could not start before these end anyway, for
+  // want of registers.)
+  allow_dependent_grid();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1537,6 +1543,11 @@ __global__ void __launch_bounds__(kThreads) onepass_finalize_kernel(const Kernel
     own_weight = gn_weight != nullptr ? ScalarOps<T>::to_double(gn_weight[own_channel]) : 1.0;
     own_bias = gn_bias != nullptr ? ScalarOps<T>::to_double(gn_bias[own_channel]) : 0.0;
   }
+  // Launched as the moments kernel's programmatic dependent (launch_kernels), the block may
+  // start before that kernel ends: it reads the affine above meanwhile, then waits here for
+  // the kernel before it (the moments, or x's sums) to end and its writes to show. (Launched
+  // as usual, this returns at once.)
+  wait_for_prerequisite_grid();
   if constexpr (std::is_same_v<T, float>) {  // (x's sums: float32 only)
     if (a.exact_sums != nullptr) {
       exact_channel_means(a, n, exact_means);
@@ -1831,9 +1842,26 @@ cudaError_t launch_kernels(Kernel moments, const KernelArgs& args, cudaStream_t 
   if (!grid_fits(args.p.conv.N)) {
     return cudaErrorInvalidConfiguration;
   }
-  onepass_finalize_kernel<T>
-      <<<static_cast<unsigned>(args.p.conv.N), kThreads, finalize_smem, stream>>>(args);
-  return cudaGetLastError();
+  // A programmatic dependent of the kernel before it: its blocks may start as the moments
+  // kernel's last ones end (allow_dependent_grid; the finalize reads the affine, then waits:
+  // wait_for_prerequisite_grid). Not in stream capture (an ordinary launch there), and not
+  // with FUSED_OPS_ONEPASS_DEPENDENT_FINALIZE=0 (for comparisons).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaStreamIsCapturing(stream, &capture));
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(args.p.conv.N));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = finalize_smem;
+  config.stream = stream;
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  if (capture == cudaStreamCaptureStatusNone &&
+      !env_switch_off("FUSED_OPS_ONEPASS_DEPENDENT_FINALIZE")) {
+    config.attrs = &dependent;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, onepass_finalize_kernel<T>, args);
 }
 
 // x's tensor map for the tensor-core kernel's footprint copies (OnePassPlan::tma_footprint): 5-d

@@ -7,6 +7,7 @@
 //   * WorkspaceCarver: one layout function both sizes and carves a workspace;
 //   * block_copy: a block's staging of values into shared memory, loads in flight together;
 //   * named_barrier_sync: a barrier of part of a block;
+//   * allow_dependent_grid, wait_for_prerequisite_grid: programmatic dependent launch;
 //   * warp and block sums of doubles in a fixed order (deterministic: the result depends on
 //     the launch shape only, never on timing).
 #pragma once
@@ -79,6 +80,23 @@ class WorkspaceCarver {
   char* base_;
   size_t offset_ = 0;
 };
+
+// Programmatic dependent launch (sm_90+; elsewhere both are no-ops, and a dependent launch is
+// an ordinary one). allow_dependent_grid: the kernel launched after this one with
+// cudaLaunchAttributeProgrammaticStreamSerialization may start once every block of this one
+// has called it (or ended). wait_for_prerequisite_grid: in such a dependent kernel, waits until
+// the kernel before it has ended and its memory writes are visible; returns at once in a kernel
+// launched as usual.
+__device__ __forceinline__ void allow_dependent_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 
 // The `threads` threads (whole warps) that reach named barrier `id` (1 .. 15: 0 is
 // __syncthreads') wait for each other. (With `id` not a compile-time constant ptxas reserves
