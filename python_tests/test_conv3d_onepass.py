@@ -822,6 +822,68 @@ def test_many_tiles_per_block():
     assert path == "onepass"
 
 
+# (input shape, C_out, kernel, GroupNorm groups, other arguments) of float32 problems whose
+# finalize kernel is launched as the tensor-core kernel's programmatic dependent: the
+# headline's sample shape, more tiles than resident blocks over samples, channel chunks and
+# conv groups, N = 1, one tile a sample.
+DEPENDENT_FINALIZE_CASES = {
+    "headline_n5": ((5, 3, 24, 32, 32), 24, 3, 8, {}),
+    "many_tiles": ((40, 4, 12, 13, 70), 80, 3, 8, dict(groups=2)),
+    "n1": ((1, 3, 9, 10, 11), 16, 3, 4, dict(padding=1)),
+    "one_tile_a_sample": ((7, 2, 4, 4, 6), 8, 2, 2, {}),
+}  # fmt: skip
+
+
+@requires_cuda
+@pytest.mark.parametrize("name", list(DEPENDENT_FINALIZE_CASES))
+def test_dependent_finalize_matches_the_ordinary_launch(name, monkeypatch):
+    """The finalize kernel launched as the tensor-core kernel's programmatic dependent (its
+    blocks start before that kernel ends and wait for it) gives the bits of an ordinary launch
+    (FUSED_OPS_ONEPASS_DEPENDENT_FINALIZE=0) in out and in every statistic the training
+    forward saves, and float64's values and gradients."""
+    shape, c_out, k, num_groups, kw = DEPENDENT_FINALIZE_CASES[name]
+    args = conv3d_args(shape, c_out, k, num_groups, **kw, device="cuda", requires_grad=False)
+    args[0] = torch.rand_like(args[0])
+    path, out = _check(args, torch.float32)
+    assert path == "onepass"
+    forward = torch.ops.fused._conv3d_group_norm_mean_onepass_forward
+    with torch.no_grad():
+        dependent = forward(*args)
+        monkeypatch.setenv("FUSED_OPS_ONEPASS_DEPENDENT_FINALIZE", "0")
+        ordinary = forward(*args)
+        out_ordinary = torch.ops.fused.conv3d_group_norm_mean(*args)
+    assert torch.equal(out, out_ordinary)
+    for a, b in zip(dependent, ordinary):
+        assert (a is None and b is None) or torch.equal(a, b)
+    monkeypatch.delenv("FUSED_OPS_ONEPASS_DEPENDENT_FINALIZE")
+    check_against_reference(
+        OP, detach_args(args, requires_grad=True), grad_rtol=1e-4, grad_atol=5e-5
+    )
+
+
+@requires_cuda
+def test_finalize_in_a_cuda_graph():
+    """Captured in a CUDA graph (where the finalize kernel is an ordinary launch), a forward
+    without autograd replays, on new inputs, to the bits of the same forward run eagerly (a
+    dependent launch)."""
+    args = conv3d_args((8, 3, 12, 16, 18), 24, 3, 8, device="cuda", requires_grad=False)
+    args[0] = torch.rand_like(args[0])
+    op = torch.ops.fused.conv3d_group_norm_mean
+    with torch.no_grad():
+        warm_up = torch.cuda.Stream()
+        warm_up.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(warm_up):
+            op(*args)
+        torch.cuda.current_stream().wait_stream(warm_up)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = op(*args)
+        for _ in range(3):
+            args[0].copy_(torch.rand_like(args[0]))
+            graph.replay()
+            assert torch.equal(captured, op(*args))
+
+
 @requires_cuda
 @pytest.mark.parametrize(
     "c_in,kernel,c_out",
