@@ -768,6 +768,11 @@ TEST_CASE("one-pass plans load windows on wgmma", "[conv][cpu][onepass]") {
       // 5 input channels, kernel 2 x 3 x 3: 30 rows, 8 triples (an even count: no odd last
       // one), 12 K steps.
       {stride1_shape({2, 5, 4, 5, 26}, 16, {2, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 30, 8},
+      // Kernel 1 x 3 x 3 with 1, 2 and 4 input channels: 3, 6 and 12 rows, 1, 2 and 3 triples
+      // (no pair; one pair; a pair and an odd one), 2, 3 and 5 K steps.
+      {stride1_shape({2, 1, 4, 5, 14}, 8, {1, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 3, 1},
+      {stride1_shape({2, 2, 4, 5, 14}, 8, {1, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 6, 2},
+      {stride1_shape({2, 4, 4, 5, 14}, 8, {1, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), true, 12, 3},
       // Not: Wo = 32 (boxes of 32), kW = 2, stride 2 along W, one input channel (9 rows: 5 K
       // steps in triples against 4).
       {stride1_shape({2, 3, 6, 8, 34}, 16, {3, 3, 3}, {0, 0, 0}, {1, 1, 1}, 1), false, 0, 0},
@@ -803,13 +808,26 @@ TEST_CASE("one-pass plans load windows on wgmma", "[conv][cpu][onepass]") {
       }
     }
     CHECK(std::count(taken.begin(), taken.end(), 1) == plan.K);
-    const int pair_steps = 3 * static_cast<int>(plan.window_triples / 2);
-    for (int ks = 0; ks < pair_steps; ++ks) {
+    // Step 3 p + kw: quad q's column q takes tap kw of its triple 2 p (kernel row 4 (2 p) + q),
+    // column q + 4 tap kw of triple 2 p + 1 (row 4 more; padding past the rows). An odd last
+    // triple j: (j, 0), (j, 1), then (j, 2), padding.
+    const auto tap_of = [&](int row, int kw) { return row < plan.window_rows ? 3 * row + kw : -1; };
+    const int triples = static_cast<int>(plan.window_triples);
+    const int pair_steps = 3 * (triples / 2);
+    for (int ks = 0; ks < plan.k_pad / 8; ++ks) {
       for (int q = 0; q < 4; ++q) {
         const int first = fused_ops::conv::onepass_window_tap(8 * ks + q, plan);
         const int second = fused_ops::conv::onepass_window_tap(8 * ks + 4 + q, plan);
-        CHECK(first % 3 == ks % 3);
-        CHECK((second < 0 || second % 3 == ks % 3));
+        if (ks < pair_steps) {
+          const int row = 4 * (2 * (ks / 3)) + q;
+          CHECK(first == tap_of(row, ks % 3));
+          CHECK(second == tap_of(row + 4, ks % 3));
+        } else {
+          const int row = 4 * (triples - 1) + q;
+          const int kw = 2 * (ks - pair_steps);
+          CHECK(first == tap_of(row, kw));
+          CHECK(second == (kw + 1 < 3 ? tap_of(row, kw + 1) : -1));
+        }
       }
     }
     CHECK(plan.row_pitch % 2 == 0);

@@ -755,10 +755,13 @@ def test_tensor_map_footprints_match_the_asynchronous_copies(name, monkeypatch):
 # padding: 3 pairs of triples and an odd last one with a padding slot), padding along every dim
 # (asynchronous copies), conv groups of 4 input channels (36 rows: 9 triples per quad), stride
 # and dilation along D and H, N = 1 with boxes overhanging the output, 30 rows (8 triples: pairs
-# only); chunks of 8, 16, 24 and 40 channels.
+# only), 3 and 12 rows (1 triple: no pair; 3: a pair and an odd one); chunks of 8, 16, 24 and
+# 40 channels.
 WINDOW_CASES = {
     "c_out_8": ((2, 3, 6, 8, 32), 8, 3, 4, {}),
     "even_triples": ((2, 5, 4, 5, 26), 16, (2, 3, 3), 8, {}),
+    "one_triple": ((2, 1, 4, 5, 14), 8, (1, 3, 3), 4, {}),
+    "three_triples": ((2, 4, 4, 5, 14), 8, (1, 3, 3), 4, {}),
     "padded": ((2, 3, 5, 7, 12), 24, 3, 8, dict(padding=1)),
     "conv_groups": ((1, 8, 4, 5, 20), 40, 3, 8, dict(groups=2)),
     "strided_dilated": ((2, 3, 9, 11, 26), 16, 3, 8, dict(stride=(2, 2, 1), dilation=(2, 1, 1))),

@@ -733,7 +733,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      // (Windows: the thread's 6 positions in a row along W, o = 2 mt + h.)
+      // (Windows: the thread's 6 positions in a row along W, o = mt + 3 h.)
       row[mt][h] = box_position(
           kWindows ? 6 * (warp * 8 + group) + mt + 3 * h : (warp * MT + mt) * 16 + group + 8 * h,
           plan, s);
@@ -1220,10 +1220,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       __syncthreads();
     }
   }
-  // The finalize kernel, launched as this one's programmatic dependent, may start once every
-  // block got here. (At the kernel's start instead, ptxas of 2026-11-29 spilled 32 bytes where
-  // it spills none, and the dependent's blocks could not start before these end anyway, for
-  // want of registers.)
+  // The finalize kernel, launched as this one's programmatic dependent, may start once a thread
+  // of every block got here: each block's first warp done with its tiles (the warps run up to
+  // a tile apart; the finalize waits for the whole kernel anyway). (At the kernel's start
+  // instead, ptxas of 2026-11-29 spilled 32 bytes where it spills none, and the dependent's
+  // blocks could not start before these end anyway, for want of registers.)
   allow_dependent_grid();
 }
 
@@ -1842,10 +1843,12 @@ cudaError_t launch_kernels(Kernel moments, const KernelArgs& args, cudaStream_t 
   if (!grid_fits(args.p.conv.N)) {
     return cudaErrorInvalidConfiguration;
   }
-  // A programmatic dependent of the kernel before it: its blocks may start as the moments
-  // kernel's last ones end (allow_dependent_grid; the finalize reads the affine, then waits:
-  // wait_for_prerequisite_grid). Not in stream capture (an ordinary launch there), and not
-  // with FUSED_OPS_ONEPASS_DEPENDENT_FINALIZE=0 (for comparisons).
+  // A programmatic dependent of the kernel before it: after the tensor-core kernel, its blocks
+  // may start as that kernel's last ones end (allow_dependent_grid; the finalize reads the
+  // affine, then waits: wait_for_prerequisite_grid); after a kernel that allows nothing (the
+  // direct kernel, or x's sums in the training forward) it starts when that kernel ends, as an
+  // ordinary launch. Not in stream capture (an ordinary launch there), and not with
+  // FUSED_OPS_ONEPASS_DEPENDENT_FINALIZE=0 (for comparisons).
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   FUSED_OPS_RETURN_IF_CUDA_ERROR(cudaStreamIsCapturing(stream, &capture));
   cudaLaunchConfig_t config{};

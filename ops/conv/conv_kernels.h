@@ -164,7 +164,8 @@ constexpr int64_t kOnePassWgmmaCapacity = 384;
 // step 3 p + kw takes tap kw of triple 2 p in column q and of triple 2 p + 1 in column q + 4,
 // so that a step's 12 values of a thread are 12 different inputs (no value copied between the
 // products' registers). An odd last triple takes 2 steps: (kw 0, kw 1), then (kw 2, padding).
-// -1: a padding column (weight 0).
+// -1: a padding column (weight 0). (Columns past the K steps, which the weights' last block of
+// 32 holds but no product reads, may get taps too.)
 FUSED_OPS_HOST_DEVICE int onepass_window_tap(int k, const OnePassPlan& plan) {
   const int ks = k / 8, second = (k % 8) / 4;
   const int triples = static_cast<int>(plan.window_triples);

@@ -83,10 +83,10 @@ class WorkspaceCarver {
 
 // Programmatic dependent launch (sm_90+; elsewhere both are no-ops, and a dependent launch is
 // an ordinary one). allow_dependent_grid: the kernel launched after this one with
-// cudaLaunchAttributeProgrammaticStreamSerialization may start once every block of this one
-// has called it (or ended). wait_for_prerequisite_grid: in such a dependent kernel, waits until
-// the kernel before it has ended and its memory writes are visible; returns at once in a kernel
-// launched as usual.
+// cudaLaunchAttributeProgrammaticStreamSerialization may start once a thread of every block of
+// this one has called it (or the block ended). wait_for_prerequisite_grid: in such a dependent
+// kernel, waits until the kernel before it has ended and its memory writes are visible;
+// returns at once in a kernel launched as usual.
 __device__ __forceinline__ void allow_dependent_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
