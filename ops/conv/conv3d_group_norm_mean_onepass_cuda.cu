@@ -983,9 +983,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       uint64_t b_high = k_major_swizzled_descriptor(b_tiles);
       const uint64_t b_low_minus_high = b_part_bytes >> 4;
       // Issues k step ks's products, from A split into a_high and a_low, in three commit groups.
-      // (a_high[mt], a_low[mt]: tile mt's quads.)
-      const auto issue_products = [&](const uint32_t (*a_high)[4], const uint32_t (*a_low)[4],
-                                      int ks) {
+      const auto issue_products = [&](const uint32_t (&a_high)[MT][4],
+                                      const uint32_t (&a_low)[MT][4], int ks) {
         const uint64_t b_low = b_high + b_low_minus_high;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
